@@ -1,0 +1,24 @@
+# bench/bench.mk - the benchmark programs and `make bench` (included by the top Makefile).
+#
+# Each bench/<name>.c (except helpers) is one workload and builds to build/bench/<name>. They are
+# linked against nothing but libc, libpthread and libm: the allocator under test is chosen at run
+# time with LD_PRELOAD (scripts/bench-matrix.sh), so every allocator runs the very same binary.
+
+BENCH_WORKLOADS := alloc_bench server_bench churn_bench
+BENCH_OWN_BINS  := $(addprefix build/bench/,$(BENCH_WORKLOADS))
+BENCH_BINS      += $(BENCH_OWN_BINS)
+BENCH_CFLAGS    := -std=gnu11 -pthread
+
+build/bench:
+	mkdir -p $@
+
+build/bench/%: bench/%.c bench/bench_util.h | build/bench
+	$(CC) $(CFLAGS) $(WARN) $(BENCH_CFLAGS) $< -o $@ -lpthread -lm
+
+# The quick matrix, then its table. BENCH_BINS is expanded when the recipe runs, so binaries
+# that other fragments (read after this one) add are built too; a failure there only drops
+# that workload from the matrix, the script says so.
+bench: all $(BENCH_OWN_BINS)
+	@$(MAKE) --no-print-directory $(BENCH_BINS) || \
+	  echo "bench: some benchmark binaries did not build; the matrix skips them"
+	sh scripts/bench-matrix.sh --quick $(BENCH_ARGS)
