@@ -260,7 +260,7 @@ static int sparse_contains(const ob_idset *s, int64_t id)
 static void sparse_insert(ob_idset *s, int64_t id)
 {
     if ((s->sparse_count + 1) * 2 > s->sparse_mask + 1) {
-        size_t old_cap = s->sparse_mask + 1, cap = old_cap ? old_cap * 2 : 64;
+        size_t old_cap = s->sparse ? s->sparse_mask + 1 : 0, cap = old_cap ? old_cap * 2 : 64;
         int64_t *old = s->sparse;
         s->sparse = malloc(cap * sizeof(int64_t));
         if (!s->sparse)
