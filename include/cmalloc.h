@@ -22,7 +22,7 @@ typedef struct cmalloc_stats {
     size_t bytes_mapped;       /* obtained from the OS and not yet unmapped */
     size_t bytes_released;     /* mapped, but given back with madvise: not resident */
     size_t bytes_page_heap_free; /* in free spans of the page heap, still resident */
-    size_t bytes_central_cache; /* in central caches (transfer caches and partly used spans) */
+    size_t bytes_central_cache; /* in central transfer caches, ready for any thread */
     size_t bytes_thread_caches; /* in per-thread caches */
     size_t bytes_metadata;     /* spans, thread caches and pagemap nodes */
     size_t large_allocations;  /* live allocations served by whole spans or mmap */

@@ -1,0 +1,270 @@
+/* alloc.c - everything past the fast paths: first calls, large sizes, alignment, calloc,
+ * realloc, usable size, and the checks that turn a bad free into a clear report.
+ *
+ * Size routing:
+ *   size <= 256 KiB               a size class, through the thread cache
+ *   256 KiB < size <= threshold   a LARGE span of whole pages from the page heap (kept and
+ *                                 reused when freed, returned to the OS by age)
+ *   size > threshold              a MAPPED span: its own mmap, munmap on free, mremap on realloc
+ * (threshold = CMALLOC_MMAP_THRESHOLD). Holds no lock of its own; the live MAPPED counters are
+ * atomics.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Atomic size_t mapped_live_bytes, mapped_live_count;
+
+size_t cm_mapped_live_bytes(size_t *count)
+{
+    *count = atomic_load_explicit(&mapped_live_count, memory_order_relaxed);
+    return atomic_load_explicit(&mapped_live_bytes, memory_order_relaxed);
+}
+
+static void *out_of_memory(void)
+{
+    errno = ENOMEM;
+    return NULL;
+}
+
+void cm_report_bad_pointer(const char *caller, const char *what, const void *p)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: ");
+    if (strcmp(what, "double free") == 0) {
+        cm_message_str(&m, "double free ");
+        cm_message_hex(&m, (uintptr_t)p);
+        cm_message_str(&m, " in ");
+        cm_message_str(&m, caller);
+        cm_message_str(&m, "()");
+    } else {
+        cm_message_str(&m, caller);
+        cm_message_str(&m, "(): ");
+        cm_message_str(&m, what);
+        cm_message_str(&m, " ");
+        cm_message_hex(&m, (uintptr_t)p);
+    }
+    cm_message_str(&m, cm_option.abort_on_error ? "; aborting\n" : "; leaking it and going on\n");
+    cm_message_write(&m, 2);
+    if (cm_option.abort_on_error)
+        abort();
+}
+
+/* ---- MAPPED spans ------------------------------------------------------------------------ */
+static cm_span *map_span(size_t pages, size_t alignment)
+{
+    size_t bytes = pages << CM_PAGE_SHIFT;
+    char *memory = cm_os_map_aligned(bytes, alignment > CM_PAGE_SIZE ? alignment : CM_PAGE_SIZE);
+    if (memory == NULL)
+        return NULL;
+    cm_span *span = cm_span_new();
+    if (span == NULL || !cm_pagemap_ensure((uintptr_t)memory >> CM_PAGE_SHIFT, 1)) {
+        if (span)
+            cm_span_delete(span);
+        cm_os_unmap(memory, bytes);
+        return NULL;
+    }
+    span->page = (uintptr_t)memory >> CM_PAGE_SHIFT;
+    span->pages = pages;
+    span->state = CM_SPAN_MAPPED;
+    cm_pagemap_set(span->page, span);
+    atomic_fetch_add_explicit(&mapped_live_bytes, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mapped_live_count, 1, memory_order_relaxed);
+    return span;
+}
+
+static void unmap_span(cm_span *span)
+{
+    size_t bytes = span->pages << CM_PAGE_SHIFT;
+    cm_pagemap_set(span->page, NULL);
+    cm_os_unmap(cm_span_start(span), bytes);
+    cm_span_delete(span);
+    atomic_fetch_sub_explicit(&mapped_live_bytes, bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&mapped_live_count, 1, memory_order_relaxed);
+}
+
+/* A LARGE or MAPPED allocation of at least size bytes at an alignment >= CM_PAGE_SIZE's
+ * divisors (alignment is a power of two). */
+static void *alloc_large(size_t size, size_t alignment)
+{
+    if (size > PTRDIFF_MAX - alignment - CM_PAGE_SIZE)
+        return out_of_memory();
+    size_t pages = (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT;
+    cm_span *span = size > cm_option.mmap_threshold
+                        ? map_span(pages, alignment)
+                        : cm_page_heap_alloc(pages, alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
+    return span ? cm_span_start(span) : out_of_memory();
+}
+
+void *cm_alloc_slow(size_t size)
+{
+    if (CM_UNLIKELY(!cm_initialized))
+        cm_init();
+    if (size > CM_MAX_SMALL)
+        return alloc_large(size, CM_PAGE_SIZE);
+    void *p = cm_thread_cache_alloc_slow(cm_size_class(size));
+    return p ? p : out_of_memory();
+}
+
+/* alignment: a power of two. */
+void *cm_alloc_aligned(size_t alignment, size_t size)
+{
+    if (alignment <= CM_ALIGNMENT)
+        return cm_alloc(size);
+    if (CM_UNLIKELY(!cm_initialized))
+        cm_init();
+    if (size <= CM_MAX_SMALL && alignment <= CM_PAGE_SIZE) {
+        /* A class whose size is a multiple of alignment has every object aligned, since
+         * spans start on page boundaries. */
+        for (unsigned c = cm_size_class(size < alignment ? alignment : size); c < cm_class_count; c++) {
+            if (cm_classes[c].size % alignment == 0) {
+                void *p = cm_thread_cache_alloc_slow(c);
+                return p ? p : out_of_memory();
+            }
+        }
+    }
+    return alloc_large(size, alignment);
+}
+
+/* ---- free ---------------------------------------------------------------------------------- */
+
+/* The span of a pointer the program hands back, or NULL after reporting it as bad. */
+static cm_span *checked_span(const void *p, const char *caller)
+{
+    cm_span *span = cm_initialized ? cm_span_of(p) : NULL;
+    const char *problem = "invalid pointer";
+    if (span != NULL) {
+        size_t offset = (size_t)((const char *)p - (const char *)cm_span_start(span));
+        switch (span->state) {
+        case CM_SPAN_SMALL:
+            if (offset % cm_classes[span->size_class].size == 0)
+                return span;
+            break;
+        case CM_SPAN_LARGE:
+        case CM_SPAN_MAPPED:
+            if (offset == 0)
+                return span;
+            break;
+        case CM_SPAN_FREE:
+            if (offset == 0)
+                problem = "double free";
+            break;
+        default:
+            break;
+        }
+    }
+    cm_report_bad_pointer(caller, problem, p);
+    return NULL;
+}
+
+static void free_span_object(void *p, cm_span *span, const char *caller)
+{
+    if (span->state == CM_SPAN_SMALL) {
+        if (p == cm_thread_cache_current->lists[span->size_class].head)
+            cm_report_bad_pointer(caller, "double free", p);
+        else
+            cm_thread_cache_free_slow(p, span->size_class);
+    } else if (span->state == CM_SPAN_LARGE) {
+        cm_page_heap_free(span);
+    } else {
+        unmap_span(span);
+    }
+}
+
+void cm_free_slow(void *p, const char *caller)
+{
+    if (p == NULL)
+        return;
+    cm_span *span = checked_span(p, caller);
+    if (span != NULL)
+        free_span_object(p, span, caller);
+}
+
+static size_t span_usable_size(const cm_span *span)
+{
+    return span->state == CM_SPAN_SMALL ? cm_classes[span->size_class].size
+                                        : span->pages << CM_PAGE_SHIFT;
+}
+
+size_t cm_usable_size(const void *p)
+{
+    if (p == NULL)
+        return 0;
+    cm_span *span = checked_span(p, "malloc_usable_size");
+    return span ? span_usable_size(span) : 0;
+}
+
+/* ---- calloc, realloc -------------------------------------------------------------------- */
+void *cm_calloc(size_t count, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total))
+        return out_of_memory();
+    void *p = cm_alloc(total);
+    if (p == NULL)
+        return NULL;
+    /* A fresh mapping is already zero. */
+    if (total <= cm_option.mmap_threshold || cm_pagemap_lookup(p)->state != CM_SPAN_MAPPED)
+        memset(p, 0, total);
+    return p;
+}
+
+/* Resizes a MAPPED span's mapping without copying: in place, or moved onto a new reservation.
+ * Returns the new address or NULL (the old block intact). */
+static void *remap_span(cm_span *span, size_t size)
+{
+    size_t pages = (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT, old_bytes = span->pages << CM_PAGE_SHIFT;
+    void *old = cm_span_start(span);
+    if (cm_os_resize(old, old_bytes, pages << CM_PAGE_SHIFT)) {
+        atomic_fetch_add_explicit(&mapped_live_bytes, (pages << CM_PAGE_SHIFT) - old_bytes, memory_order_relaxed);
+        span->pages = pages;
+        return old;
+    }
+    cm_span *moved = map_span(pages, CM_PAGE_SIZE);
+    if (moved == NULL)
+        return NULL;
+    if (!cm_os_move(old, old_bytes, cm_span_start(moved), pages << CM_PAGE_SHIFT)) {
+        unmap_span(moved);
+        return NULL;
+    }
+    /* The old range is gone already: forget its span without unmapping again. */
+    cm_pagemap_set(span->page, NULL);
+    cm_span_delete(span);
+    atomic_fetch_sub_explicit(&mapped_live_bytes, old_bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&mapped_live_count, 1, memory_order_relaxed);
+    return cm_span_start(moved);
+}
+
+/* realloc(p, 0) frees p and returns NULL, as glibc does. */
+void *cm_realloc(void *p, size_t size)
+{
+    if (p == NULL)
+        return cm_alloc(size);
+    if (size == 0) {
+        cm_free(p);
+        return NULL;
+    }
+    cm_span *span = checked_span(p, "realloc");
+    if (span == NULL)
+        return out_of_memory();
+    size_t old = span_usable_size(span);
+    if (span->state == CM_SPAN_MAPPED && size > cm_option.mmap_threshold) {
+        if (size > PTRDIFF_MAX - CM_PAGE_SIZE)
+            return out_of_memory();
+        void *moved = remap_span(span, size);
+        return moved ? moved : out_of_memory();
+    }
+    /* Keep the block when the new size fits and wastes at most half of it. */
+    if (size <= old && size >= old / 2)
+        return p;
+    void *q = cm_alloc(size);
+    if (q == NULL)
+        return NULL;
+    memcpy(q, p, size < old ? size : old);
+    free_span_object(p, span, "realloc");
+    return q;
+}

@@ -1,0 +1,178 @@
+/* central_cache.c - the middle end: one central cache per size class, shared by all threads.
+ *
+ *   transfer cache   an array of whole batches (NULL-terminated lists of exactly `batch`
+ *                    objects). A thread's flush of a full batch and another thread's fill are
+ *                    a pointer store and a pointer load under the lock: producer/consumer
+ *                    traffic never touches spans.
+ *   spans            the class's SMALL spans that have room (returned objects or never-used
+ *                    space at the bump pointer), doubly linked; full spans are on no list.
+ *
+ * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit) and alloc.c
+ * (threads whose cache is gone). Lock: each class's own; the page heap lock is taken inside
+ * it to get or return spans. Invariant per class:
+ *   objects_out == sum of span->used over its spans
+ *              == objects in thread caches + in the transfer cache + held by the program.
+ */
+#include "internal.h"
+
+typedef struct central {
+    cm_lock lock;
+    unsigned transfer_count;            /* batches in transfer[] */
+    void *transfer[CM_TRANSFER_SLOTS];  /* full batches */
+    cm_span *spans;                     /* spans with room */
+    size_t objects_out;
+} __attribute__((aligned(64))) central;
+
+static central centrals[CM_CLASSES_MAX] = {[0 ... CM_CLASSES_MAX - 1] = {.lock = CM_LOCK_INIT}};
+
+static void span_list_add(central *c, cm_span *span)
+{
+    span->prev = NULL;
+    span->next = c->spans;
+    if (c->spans)
+        c->spans->prev = span;
+    c->spans = span;
+    span->listed = 1;
+}
+
+static void span_list_remove(central *c, cm_span *span)
+{
+    if (span->prev)
+        span->prev->next = span->next;
+    else
+        c->spans = span->next;
+    if (span->next)
+        span->next->prev = span->prev;
+    span->listed = 0;
+}
+
+/* A fresh span for the class, on the list, or NULL when memory is exhausted. */
+static cm_span *span_new_locked(central *c, unsigned size_class)
+{
+    const cm_class_info *info = &cm_classes[size_class];
+    cm_span *span = cm_page_heap_alloc(info->pages, 1, size_class);
+    if (span == NULL)
+        return NULL;
+    span->bump = cm_span_start(span);
+    span->limit = span->bump + (size_t)info->objects * info->size;
+    span->free_objects = NULL;
+    span->used = 0;
+    span_list_add(c, span);
+    return span;
+}
+
+/* Gives one object back to its span; a span left with no object out returns to the page heap. */
+static void span_push_locked(central *c, void *object)
+{
+    cm_span *span = cm_pagemap_lookup(object);
+    *(void **)object = span->free_objects;
+    span->free_objects = object;
+    span->used--;
+    c->objects_out--;
+    if (!span->listed)
+        span_list_add(c, span);
+    if (span->used == 0) {
+        span_list_remove(c, span);
+        cm_page_heap_free(span);
+    }
+}
+
+/* Gives back every object of a NULL-terminated list. */
+static void span_push_list_locked(central *c, void *head)
+{
+    while (head != NULL) {
+        void *next = *(void **)head;
+        span_push_locked(c, head);
+        head = next;
+    }
+}
+
+/* Takes up to count objects as a NULL-terminated list in *head; returns how many. When the
+ * transfer cache holds a batch, returns that whole batch (which may exceed count). Returns 0
+ * only when memory is exhausted. */
+unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
+{
+    central *c = &centrals[size_class];
+    const size_t size = cm_classes[size_class].size;
+    unsigned n = 0;
+    void *list = NULL;
+    cm_lock_acquire(&c->lock);
+    if (c->transfer_count > 0) {
+        *head = c->transfer[--c->transfer_count];
+        cm_lock_release(&c->lock);
+        return cm_classes[size_class].batch;
+    }
+    while (n < count) {
+        cm_span *span = c->spans ? c->spans : span_new_locked(c, size_class);
+        if (span == NULL)
+            break;
+        while (n < count) {
+            void *object = span->free_objects;
+            if (object != NULL) {
+                span->free_objects = *(void **)object;
+            } else if (span->bump < span->limit) {
+                object = span->bump;
+                span->bump += size;
+            } else {
+                break;
+            }
+            span->used++;
+            *(void **)object = list;
+            list = object;
+            n++;
+        }
+        if (span->free_objects == NULL && span->bump >= span->limit)
+            span_list_remove(c, span);
+    }
+    c->objects_out += n;
+    cm_lock_release(&c->lock);
+    *head = list;
+    return n;
+}
+
+/* Takes back count objects linked from head (NULL-terminated). */
+void cm_central_flush(unsigned size_class, void *head, unsigned count)
+{
+    central *c = &centrals[size_class];
+    const cm_class_info *info = &cm_classes[size_class];
+    cm_lock_acquire(&c->lock);
+    if (count == info->batch && c->transfer_count < info->transfer_capacity)
+        c->transfer[c->transfer_count++] = head;
+    else
+        span_push_list_locked(c, head);
+    cm_lock_release(&c->lock);
+}
+
+/* Empties every transfer cache into the spans, so that wholly free spans reach the page heap. */
+void cm_central_drain(void)
+{
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        central *c = &centrals[size_class];
+        cm_lock_acquire(&c->lock);
+        while (c->transfer_count > 0)
+            span_push_list_locked(c, c->transfer[--c->transfer_count]);
+        cm_lock_release(&c->lock);
+    }
+}
+
+/* Objects of the class out of its spans; *cached_objects gets those in the transfer cache. */
+size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects)
+{
+    central *c = &centrals[size_class];
+    cm_lock_acquire(&c->lock);
+    size_t out = c->objects_out;
+    *cached_objects = (size_t)c->transfer_count * cm_classes[size_class].batch;
+    cm_lock_release(&c->lock);
+    return out;
+}
+
+void cm_central_fork(int phase)
+{
+    if (phase == CM_FORK_PREPARE) {
+        for (unsigned size_class = 1; size_class < CM_CLASSES_MAX; size_class++)
+            cm_lock_fork(&centrals[size_class].lock, phase);
+    } else {
+        for (unsigned size_class = CM_CLASSES_MAX - 1; size_class >= 1; size_class--)
+            cm_lock_fork(&centrals[size_class].lock, phase);
+    }
+}

@@ -1,0 +1,188 @@
+/* internal.h - cross-file prototypes, grouped by the file that defines them, and the two fast
+ * paths (cm_alloc, cm_free) that every entry point inlines.
+ *
+ * Lock order (outer first); fork handlers take them in this order too:
+ *   thread-cache registry -> central cache[1..n] -> page heap -> pagemap -> metadata
+ */
+#ifndef CM_INTERNAL_H
+#define CM_INTERNAL_H
+
+#include "types.h"
+#include <stdbool.h>
+
+#define CM_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define CM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define CM_NOINLINE    __attribute__((noinline))
+#define CM_COLD        __attribute__((cold, noinline))
+#define CM_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+#define CM_EXPORT      __attribute__((visibility("default")))
+
+enum { CM_FORK_PREPARE, CM_FORK_PARENT, CM_FORK_CHILD };
+
+/* os.c: the only file that talks to the kernel */
+void *cm_os_map(size_t size);
+void *cm_os_map_aligned(size_t size, size_t alignment);
+void cm_os_unmap(void *address, size_t size);
+void cm_os_release(void *address, size_t size);
+bool cm_os_resize(void *address, size_t old_size, size_t new_size);
+bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t new_size);
+uint64_t cm_os_now_ms(void);
+void cm_os_yield(void);
+void cm_os_write(int fd, const char *text, size_t length);
+size_t cm_os_mapped_bytes(void);
+void cm_lock_acquire(cm_lock *lock);
+void cm_lock_release(cm_lock *lock);
+void cm_lock_reinit(cm_lock *lock);
+void cm_lock_fork(cm_lock *lock, int phase);
+
+/* A message built on the stack (never malloc) and written with write(2). */
+typedef struct cm_message { char text[512]; size_t length; } cm_message;
+void cm_message_str(cm_message *m, const char *s);
+void cm_message_uint(cm_message *m, uint64_t value);
+void cm_message_hex(cm_message *m, uint64_t value);
+void cm_message_write(cm_message *m, int fd);
+
+/* options.c */
+typedef struct cm_options {
+    size_t mmap_threshold;      /* larger requests go straight to mmap */
+    size_t thread_cache_max;    /* budget of one thread's cache */
+    size_t thread_cache_total;  /* budget of all thread caches together */
+    int64_t release_delay_ms;   /* free spans idle this long go back to the OS; -1 never */
+    size_t stats_at_exit;       /* print the stats report to stderr at exit */
+    size_t abort_on_error;      /* abort after reporting a bad free (else leak it, go on) */
+} cm_options;
+extern cm_options cm_option;
+void cm_options_init(char **environment);
+void cm_options_print(int fd);
+
+/* metadata.c: internal memory that never comes from malloc */
+void *cm_metadata_alloc(size_t size);
+cm_span *cm_span_new(void);
+void cm_span_delete(cm_span *span);
+size_t cm_metadata_bytes(void);
+void cm_metadata_fork(int phase);
+
+/* size_class.c */
+extern cm_class_info cm_classes[CM_CLASSES_MAX];
+extern unsigned cm_class_count;
+extern uint8_t cm_class_of_small[CM_SMALL_STEP_MAX / 16 + 1];
+extern uint8_t cm_class_of_medium[CM_MAX_SMALL / 128 + 1];
+void cm_size_class_init(void);
+static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
+{
+    return size <= CM_SMALL_STEP_MAX ? cm_class_of_small[(size + 15) >> 4]
+                                     : cm_class_of_medium[(size + 127) >> 7];
+}
+
+/* pagemap.c: page number -> span, two levels over 48-bit addresses, lock-free reads */
+#define CM_PAGEMAP_LEAF_BITS 18
+#define CM_PAGEMAP_ROOT_BITS (CM_ADDRESS_BITS - CM_PAGE_SHIFT - CM_PAGEMAP_LEAF_BITS)
+extern cm_span **cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
+bool cm_pagemap_ensure(uintptr_t page, size_t pages);
+void cm_pagemap_set(uintptr_t page, cm_span *span);
+void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
+void cm_pagemap_fork(int phase);
+static inline cm_span *cm_pagemap_lookup(const void *address)
+{
+    uintptr_t page = (uintptr_t)address >> CM_PAGE_SHIFT;
+    if (CM_UNLIKELY((uintptr_t)address >> CM_ADDRESS_BITS))
+        return NULL;
+    cm_span **leaf = cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS];
+    return leaf ? leaf[page & ((1u << CM_PAGEMAP_LEAF_BITS) - 1)] : NULL;
+}
+/* The span that really holds address, or NULL: rejects stale pagemap entries. */
+static inline cm_span *cm_span_of(const void *address)
+{
+    cm_span *span = cm_pagemap_lookup(address);
+    if (span && ((uintptr_t)address >> CM_PAGE_SHIFT) - span->page < span->pages &&
+        span->state != CM_SPAN_DEAD)
+        return span;
+    return NULL;
+}
+static inline void *cm_span_start(const cm_span *span)
+{
+    return (void *)(span->page << CM_PAGE_SHIFT);
+}
+
+/* page_heap.c */
+cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_class);
+void cm_page_heap_free(cm_span *span);
+size_t cm_page_heap_release(bool everything);
+void cm_page_heap_counters(size_t *free_bytes, size_t *released_bytes, size_t *large_bytes,
+                           size_t *large_count);
+bool cm_page_heap_valid(void);
+void cm_page_heap_fork(int phase);
+
+/* central_cache.c */
+unsigned cm_central_fill(unsigned size_class, unsigned count, void **head);
+void cm_central_flush(unsigned size_class, void *head, unsigned count);
+void cm_central_drain(void);
+size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
+void cm_central_fork(int phase);
+
+/* thread_cache.c */
+extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
+void *cm_thread_cache_alloc_slow(unsigned size_class);
+void cm_thread_cache_free_slow(void *object, unsigned size_class);
+void cm_thread_cache_flush_current(void);
+size_t cm_thread_cache_bytes(size_t *caches);
+void cm_thread_cache_init(void);
+void cm_thread_cache_fork(int phase);
+
+/* alloc.c: everything past the fast path */
+void *cm_alloc_slow(size_t size);
+void cm_free_slow(void *p, const char *caller);
+void *cm_alloc_aligned(size_t alignment, size_t size);
+void *cm_calloc(size_t count, size_t size);
+void *cm_realloc(void *p, size_t size);
+size_t cm_usable_size(const void *p);
+size_t cm_mapped_live_bytes(size_t *count);
+CM_COLD void cm_report_bad_pointer(const char *caller, const char *what, const void *p);
+
+/* stats.c: cmalloc_stats_get, cmalloc_stats_print, malloc_stats (public, see cmalloc.h) */
+
+/* init.c */
+extern volatile int cm_initialized;
+void cm_init(void);
+
+/* ---- fast paths ----------------------------------------------------------------------------
+ * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
+ * whose lists are all empty with max_length 0, so both paths fall through to the slow path
+ * with no extra test. malloc: a size test, a table read, a pop. free: a pagemap read, a push.
+ */
+static inline void *cm_alloc(size_t size)
+{
+    cm_thread_cache *cache = cm_thread_cache_current;
+    if (CM_LIKELY(size <= CM_MAX_SMALL)) {
+        unsigned size_class = cm_size_class(size);
+        cm_free_list *list = &cache->lists[size_class];
+        void *object = list->head;
+        if (CM_LIKELY(object != NULL)) {
+            list->head = *(void **)object;
+            list->length--;
+            cache->size -= cm_classes[size_class].size;
+            return object;
+        }
+    }
+    return cm_alloc_slow(size);
+}
+
+static inline void cm_free(void *p)
+{
+    cm_span *span = cm_pagemap_lookup(p);
+    cm_thread_cache *cache = cm_thread_cache_current;
+    if (CM_LIKELY(span != NULL && span->size_class != 0)) {
+        unsigned size_class = span->size_class;
+        cm_free_list *list = &cache->lists[size_class];
+        if (CM_LIKELY(list->length < list->max_length && p != list->head)) {
+            *(void **)p = list->head;
+            list->head = p;
+            list->length++;
+            cache->size += cm_classes[size_class].size;
+            return;
+        }
+    }
+    cm_free_slow(p, "free");
+}
+
+#endif /* CM_INTERNAL_H */

@@ -1,0 +1,216 @@
+/* override.c - the exported entry points and nothing else: the malloc family, glibc's extras
+ * and internal aliases, and C++ operator new/delete in every variant (by mangled name, so a
+ * C++ program calls cmalloc directly). Each is a thin wrapper over internal.h.
+ *
+ * Behaviour that differs between libcs follows glibc: realloc(p, 0) frees p and returns NULL;
+ * memalign rounds a non-power-of-two alignment up; aligned_alloc rejects one with EINVAL;
+ * valloc/pvalloc align to 4096 bytes; mallopt honours M_MMAP_THRESHOLD and accepts (and
+ * ignores) glibc's other parameters.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "cmalloc.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define SYSTEM_PAGE 4096
+
+static bool is_power_of_two(size_t x)
+{
+    return x != 0 && (x & (x - 1)) == 0;
+}
+
+CM_EXPORT void *malloc(size_t size) { return cm_alloc(size); }
+CM_EXPORT void free(void *p) { cm_free(p); }
+CM_EXPORT void cfree(void *p);
+CM_EXPORT void cfree(void *p) { cm_free(p); }
+CM_EXPORT void *calloc(size_t count, size_t size) { return cm_calloc(count, size); }
+CM_EXPORT void *realloc(void *p, size_t size) { return cm_realloc(p, size); }
+CM_EXPORT size_t malloc_usable_size(void *p) { return cm_usable_size(p); }
+
+CM_EXPORT void *reallocarray(void *p, size_t count, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return cm_realloc(p, total);
+}
+
+CM_EXPORT int posix_memalign(void **out, size_t alignment, size_t size)
+{
+    if (alignment < sizeof(void *) || !is_power_of_two(alignment))
+        return EINVAL;
+    int saved = errno;
+    void *p = cm_alloc_aligned(alignment, size);
+    errno = saved;
+    if (p == NULL)
+        return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+CM_EXPORT void *aligned_alloc(size_t alignment, size_t size)
+{
+    if (!is_power_of_two(alignment)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return cm_alloc_aligned(alignment, size);
+}
+
+CM_EXPORT void *memalign(size_t alignment, size_t size)
+{
+    if (alignment > ((size_t)1 << 62)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t rounded = 1;
+    while (rounded < alignment)
+        rounded <<= 1;
+    return cm_alloc_aligned(rounded, size);
+}
+
+CM_EXPORT void *valloc(size_t size) { return cm_alloc_aligned(SYSTEM_PAGE, size); }
+
+CM_EXPORT void *pvalloc(size_t size)
+{
+    size_t rounded = (size + SYSTEM_PAGE - 1) & ~(size_t)(SYSTEM_PAGE - 1);
+    if (rounded < size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return cm_alloc_aligned(SYSTEM_PAGE, rounded ? rounded : SYSTEM_PAGE);
+}
+
+CM_EXPORT int malloc_trim(size_t pad)
+{
+    (void)pad;
+    return cmalloc_release() > 0;
+}
+
+CM_EXPORT void malloc_stats(void) { cmalloc_stats_print(2); }
+
+CM_EXPORT struct mallinfo2 mallinfo2(void)
+{
+    cmalloc_stats s;
+    cmalloc_stats_get(&s);
+    size_t mapped_count, mapped_bytes = cm_mapped_live_bytes(&mapped_count);
+    struct mallinfo2 info = {0};
+    info.arena = s.bytes_mapped - mapped_bytes;
+    info.hblks = mapped_count;
+    info.hblkhd = mapped_bytes;
+    info.uordblks = s.bytes_in_use;
+    info.fordblks = s.bytes_page_heap_free + s.bytes_central_cache + s.bytes_thread_caches;
+    info.fsmblks = s.bytes_thread_caches;
+    info.keepcost = s.bytes_page_heap_free;
+    return info;
+}
+
+CM_EXPORT struct mallinfo mallinfo(void)
+{
+    struct mallinfo2 wide = mallinfo2();
+    struct mallinfo info = {
+        .arena = (int)wide.arena, .hblks = (int)wide.hblks, .hblkhd = (int)wide.hblkhd,
+        .uordblks = (int)wide.uordblks, .fordblks = (int)wide.fordblks,
+        .fsmblks = (int)wide.fsmblks, .keepcost = (int)wide.keepcost};
+    return info;
+}
+
+CM_EXPORT int mallopt(int parameter, int value)
+{
+    switch (parameter) {
+    case M_MMAP_THRESHOLD:
+        if (value < 0)
+            return 0;
+        if (!cm_initialized)
+            cm_init();
+        cm_option.mmap_threshold = (size_t)value > CM_MAX_SMALL ? (size_t)value : CM_MAX_SMALL;
+        return 1;
+    case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_MAX: case M_ARENA_MAX:
+    case M_ARENA_TEST: case M_PERTURB: case M_CHECK_ACTION: case M_MXFAST:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* glibc's internal names, called directly by some programs and libraries. (The aliases lack
+ * the attributes glibc's header puts on the public names; they are the same functions.) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-attributes"
+CM_EXPORT void *__libc_malloc(size_t size) __attribute__((alias("malloc")));
+CM_EXPORT void __libc_free(void *p) __attribute__((alias("free")));
+CM_EXPORT void *__libc_calloc(size_t count, size_t size) __attribute__((alias("calloc")));
+CM_EXPORT void *__libc_realloc(void *p, size_t size) __attribute__((alias("realloc")));
+CM_EXPORT void *__libc_memalign(size_t alignment, size_t size) __attribute__((alias("memalign")));
+CM_EXPORT void *__libc_valloc(size_t size) __attribute__((alias("valloc")));
+CM_EXPORT void *__libc_pvalloc(size_t size) __attribute__((alias("pvalloc")));
+CM_EXPORT int __posix_memalign(void **out, size_t alignment, size_t size)
+    __attribute__((alias("posix_memalign")));
+#pragma GCC diagnostic pop
+
+/* ---- C++ operator new / delete ---------------------------------------------------------------
+ * On failure new calls the program's new_handler until it succeeds, and with none throws
+ * std::bad_alloc through libstdc++'s own thrower (weak: present whenever a C++ program is
+ * running); the nothrow forms return NULL instead. */
+typedef void (*cm_new_handler)(void);
+extern cm_new_handler _ZSt15get_new_handlerv(void) __attribute__((weak));
+extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
+
+static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow)
+{
+    for (;;) {
+        cm_new_handler handler = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+        if (handler == NULL) {
+            if (nothrow)
+                return NULL;
+            if (_ZSt17__throw_bad_allocv)
+                _ZSt17__throw_bad_allocv();
+            cm_report_bad_pointer("operator new", "out of memory, no C++ runtime to throw", NULL);
+            abort();
+        }
+        handler();
+        void *p = cm_alloc_aligned(alignment, size);
+        if (p != NULL)
+            return p;
+    }
+}
+
+static inline void *new_object(size_t size, size_t alignment, bool nothrow)
+{
+    void *p = alignment <= CM_ALIGNMENT ? cm_alloc(size) : cm_alloc_aligned(alignment, size);
+    return CM_LIKELY(p != NULL) ? p : new_failed(size, alignment, nothrow);
+}
+
+#define CM_NEW(name, ...) CM_EXPORT void *name(__VA_ARGS__); CM_EXPORT void *name(__VA_ARGS__)
+#define CM_DELETE(name, ...) CM_EXPORT void name(__VA_ARGS__); CM_EXPORT void name(__VA_ARGS__)
+
+/* new(size), new[](size), and their nothrow forms */
+CM_NEW(_Znwm, size_t size) { return new_object(size, 0, false); }
+CM_NEW(_Znam, size_t size) { return new_object(size, 0, false); }
+CM_NEW(_ZnwmRKSt9nothrow_t, size_t size, const void *tag) { (void)tag; return new_object(size, 0, true); }
+CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag) { (void)tag; return new_object(size, 0, true); }
+/* new(size, align_val_t), new[](size, align_val_t), and their nothrow forms */
+CM_NEW(_ZnwmSt11align_val_t, size_t size, size_t alignment) { return new_object(size, alignment, false); }
+CM_NEW(_ZnamSt11align_val_t, size_t size, size_t alignment) { return new_object(size, alignment, false); }
+CM_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag) { (void)tag; return new_object(size, alignment, true); }
+CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag) { (void)tag; return new_object(size, alignment, true); }
+
+/* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow */
+CM_DELETE(_ZdlPv, void *p) { cm_free(p); }
+CM_DELETE(_ZdaPv, void *p) { cm_free(p); }
+CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag) { (void)tag; cm_free(p); }
+CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag) { (void)tag; cm_free(p); }
+CM_DELETE(_ZdlPvm, void *p, size_t size) { (void)size; cm_free(p); }
+CM_DELETE(_ZdaPvm, void *p, size_t size) { (void)size; cm_free(p); }
+CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment) { (void)alignment; cm_free(p); }
+CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment) { (void)alignment; cm_free(p); }
+CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment) { (void)size; (void)alignment; cm_free(p); }
+CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment) { (void)size; (void)alignment; cm_free(p); }
+CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag) { (void)alignment; (void)tag; cm_free(p); }
+CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag) { (void)alignment; (void)tag; cm_free(p); }

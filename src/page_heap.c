@@ -1,0 +1,292 @@
+/* page_heap.c - the back end: spans of whole 8 KiB pages, split on demand, coalesced on free,
+ * grown from the OS in chunks of at least 2 MiB, and given back to the OS by age.
+ *
+ *   free_lists[n]   free spans of exactly n pages, 1 <= n <= 128 (n = 0 unused)
+ *   large_list      free spans of more than 128 pages, searched best fit
+ *
+ * Callers: the central cache (spans for size classes) and alloc.c (large allocations). One
+ * lock, heap_lock, guards every list, every FREE span and the counters; it is taken inside a
+ * central cache lock and may take the pagemap and metadata locks (see internal.h).
+ * Invariants: no two FREE spans are adjacent (free coalesces both ways); a FREE span's first
+ * and last pages map to it and its inner pages map to NULL;
+ * free_pages == sum of FREE span lengths, released_pages == sum over FREE spans with released.
+ * Release by age: a free span idle for CMALLOC_RELEASE_DELAY_MS is madvised away, checked
+ * whenever the heap is entered (no background thread), or at once by cm_page_heap_release.
+ */
+#include "internal.h"
+
+#define GROW_MIN_PAGES ((size_t)(2 << 20) >> CM_PAGE_SHIFT)
+
+static cm_lock heap_lock = CM_LOCK_INIT;
+static cm_span *free_lists[CM_HEAP_LISTS + 1];
+static cm_span *large_list;
+static size_t free_pages;          /* in FREE spans */
+static size_t released_pages;      /* in FREE spans given back to the OS */
+static size_t large_pages;         /* in LARGE spans (allocations above the largest class) */
+static size_t large_count;         /* LARGE spans */
+static uint64_t last_release_scan_ms;
+
+static cm_span **list_for(size_t pages)
+{
+    return pages <= CM_HEAP_LISTS ? &free_lists[pages] : &large_list;
+}
+
+static void list_insert(cm_span *span)
+{
+    cm_span **head = list_for(span->pages);
+    span->prev = NULL;
+    span->next = *head;
+    if (*head)
+        (*head)->prev = span;
+    *head = span;
+    free_pages += span->pages;
+    released_pages += span->released ? span->pages : 0;
+}
+
+static void list_remove(cm_span *span)
+{
+    if (span->prev)
+        span->prev->next = span->next;
+    else
+        *list_for(span->pages) = span->next;
+    if (span->next)
+        span->next->prev = span->prev;
+    span->next = span->prev = NULL;
+    free_pages -= span->pages;
+    released_pages -= span->released ? span->pages : 0;
+}
+
+static void map_ends(cm_span *span)
+{
+    cm_pagemap_set(span->page, span);
+    cm_pagemap_set(span->page + span->pages - 1, span);
+}
+
+/* A free neighbour of span on the given side (-1 left, +1 right), or NULL. */
+static cm_span *free_neighbour(cm_span *span, int side)
+{
+    uintptr_t page = side < 0 ? span->page - 1 : span->page + span->pages;
+    cm_span *other = cm_pagemap_lookup((void *)(page << CM_PAGE_SHIFT));
+    if (other == NULL || other->state != CM_SPAN_FREE)
+        return NULL;
+    bool touches = side < 0 ? other->page + other->pages == span->page
+                            : span->page + span->pages == other->page;
+    return touches ? other : NULL;
+}
+
+/* Merges span with free neighbours and puts it on its list. Caller holds heap_lock. */
+static void insert_coalesced(cm_span *span)
+{
+    span->state = CM_SPAN_FREE;
+    for (int side = -1; side <= 1; side += 2) {
+        cm_span *other = free_neighbour(span, side);
+        if (other == NULL)
+            continue;
+        list_remove(other);
+        /* The two facing end pages become inner pages of the merged span. */
+        cm_pagemap_set(side < 0 ? other->page + other->pages - 1 : other->page, NULL);
+        cm_pagemap_set(side < 0 ? span->page : span->page + span->pages - 1, NULL);
+        if (side < 0)
+            span->page = other->page;
+        span->pages += other->pages;
+        span->released = span->released && other->released;
+        cm_span_delete(other);
+    }
+    map_ends(span);
+    list_insert(span);
+}
+
+/* Returns pages given back, releasing spans idle at least min_idle_ms. Caller holds heap_lock. */
+static size_t release_idle_locked(uint64_t now, uint64_t min_idle_ms)
+{
+    size_t released = 0;
+    for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
+        for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s; s = s->next) {
+            if (s->released || now - s->free_since_ms < min_idle_ms)
+                continue;
+            cm_os_release(cm_span_start(s), s->pages << CM_PAGE_SHIFT);
+            s->released = 1;
+            released_pages += s->pages;
+            released += s->pages;
+        }
+    }
+    last_release_scan_ms = now;
+    return released;
+}
+
+static void maybe_release_locked(void)
+{
+    int64_t delay = cm_option.release_delay_ms;
+    if (delay < 0 || free_pages == released_pages)
+        return;
+    uint64_t now = cm_os_now_ms();
+    if (now - last_release_scan_ms >= (uint64_t)delay / 2)
+        release_idle_locked(now, (uint64_t)delay);
+}
+
+/* Maps a fresh chunk of at least pages and adds it as a free span. Caller holds heap_lock. */
+static bool grow_locked(size_t pages)
+{
+    size_t chunk = pages > GROW_MIN_PAGES ? pages : GROW_MIN_PAGES;
+    char *memory = cm_os_map(chunk << CM_PAGE_SHIFT);
+    if (memory == NULL)
+        return false;
+    cm_span *span = cm_span_new();
+    if (span == NULL || !cm_pagemap_ensure((uintptr_t)memory >> CM_PAGE_SHIFT, chunk)) {
+        if (span)
+            cm_span_delete(span);
+        cm_os_unmap(memory, chunk << CM_PAGE_SHIFT);
+        return false;
+    }
+    span->page = (uintptr_t)memory >> CM_PAGE_SHIFT;
+    span->pages = chunk;
+    span->released = 1; /* never touched: not resident */
+    span->free_since_ms = cm_os_now_ms();
+    insert_coalesced(span);
+    return true;
+}
+
+static cm_span *find_locked(size_t pages)
+{
+    for (size_t n = pages; n <= CM_HEAP_LISTS; n++)
+        if (free_lists[n])
+            return free_lists[n];
+    cm_span *best = NULL;
+    for (cm_span *s = large_list; s; s = s->next)
+        if (s->pages >= pages && (best == NULL || s->pages < best->pages ||
+                                  (s->pages == best->pages && s->page < best->page)))
+            best = s;
+    return best;
+}
+
+/* Cuts span to [span->page + offset, + pages), returning the pieces around it to the lists. */
+static bool trim_locked(cm_span *span, size_t offset, size_t pages)
+{
+    size_t tail = span->pages - offset - pages;
+    cm_span *before = offset ? cm_span_new() : NULL, *after = tail ? cm_span_new() : NULL;
+    if ((offset && before == NULL) || (tail && after == NULL)) {
+        if (before)
+            cm_span_delete(before);
+        if (after)
+            cm_span_delete(after);
+        return false;
+    }
+    if (before) {
+        *before = (cm_span){.page = span->page, .pages = offset, .released = span->released,
+                            .free_since_ms = span->free_since_ms, .state = CM_SPAN_FREE};
+        map_ends(before);
+        list_insert(before);
+    }
+    if (after) {
+        *after = (cm_span){.page = span->page + offset + pages, .pages = tail,
+                           .released = span->released, .free_since_ms = span->free_since_ms,
+                           .state = CM_SPAN_FREE};
+        map_ends(after);
+        list_insert(after);
+    }
+    span->page += offset;
+    span->pages = pages;
+    return true;
+}
+
+/* A span of pages pages whose first page is a multiple of align_pages (a power of two), or
+ * NULL when memory is exhausted. size_class 0 makes a LARGE span (first and last pages mapped);
+ * otherwise a SMALL span of that class, every page mapped, so objects anywhere in it resolve. */
+cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_class)
+{
+    size_t want = pages + align_pages - 1;
+    cm_lock_acquire(&heap_lock);
+    cm_span *span = find_locked(want);
+    if (span == NULL && grow_locked(want))
+        span = find_locked(want);
+    if (span != NULL) {
+        list_remove(span);
+        size_t offset = (align_pages - (span->page & (align_pages - 1))) & (align_pages - 1);
+        if (!trim_locked(span, offset, pages)) {
+            list_insert(span);
+            span = NULL;
+        }
+    }
+    if (span != NULL) {
+        span->released = 0;
+        span->size_class = (uint8_t)size_class;
+        if (size_class != 0) {
+            span->state = CM_SPAN_SMALL;
+            cm_pagemap_set_range(span->page, pages, span);
+        } else {
+            span->state = CM_SPAN_LARGE;
+            map_ends(span);
+            large_pages += pages;
+            large_count++;
+        }
+    }
+    maybe_release_locked();
+    cm_lock_release(&heap_lock);
+    return span;
+}
+
+/* Takes back a LARGE span, or a SMALL span whose objects are all free. */
+void cm_page_heap_free(cm_span *span)
+{
+    cm_lock_acquire(&heap_lock);
+    if (span->state == CM_SPAN_SMALL) {
+        if (span->pages > 2)
+            cm_pagemap_set_range(span->page + 1, span->pages - 2, NULL);
+        span->size_class = 0;
+    } else {
+        large_pages -= span->pages;
+        large_count--;
+    }
+    span->released = 0;
+    span->free_since_ms = cm_os_now_ms();
+    insert_coalesced(span);
+    maybe_release_locked();
+    cm_lock_release(&heap_lock);
+}
+
+/* Gives idle free spans back to the OS (all of them when everything). Returns bytes. */
+size_t cm_page_heap_release(bool everything)
+{
+    cm_lock_acquire(&heap_lock);
+    int64_t delay = cm_option.release_delay_ms;
+    size_t pages = release_idle_locked(cm_os_now_ms(), everything || delay < 0 ? 0 : (uint64_t)delay);
+    cm_lock_release(&heap_lock);
+    return pages << CM_PAGE_SHIFT;
+}
+
+void cm_page_heap_counters(size_t *free_bytes, size_t *released_bytes, size_t *large_bytes,
+                           size_t *large_spans)
+{
+    cm_lock_acquire(&heap_lock);
+    *free_bytes = (free_pages - released_pages) << CM_PAGE_SHIFT;
+    *released_bytes = released_pages << CM_PAGE_SHIFT;
+    *large_bytes = large_pages << CM_PAGE_SHIFT;
+    *large_spans = large_count;
+    cm_lock_release(&heap_lock);
+}
+
+/* Checks the invariants in the header comment. */
+bool cm_page_heap_valid(void)
+{
+    bool ok = true;
+    size_t pages = 0, released = 0;
+    cm_lock_acquire(&heap_lock);
+    for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
+        for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s; s = s->next) {
+            ok &= s->state == CM_SPAN_FREE && list_for(s->pages) == (n <= CM_HEAP_LISTS ? &free_lists[n] : &large_list);
+            ok &= cm_pagemap_lookup(cm_span_start(s)) == s;
+            ok &= cm_pagemap_lookup((char *)cm_span_start(s) + ((s->pages - 1) << CM_PAGE_SHIFT)) == s;
+            ok &= free_neighbour(s, -1) == NULL && free_neighbour(s, 1) == NULL;
+            pages += s->pages;
+            released += s->released ? s->pages : 0;
+        }
+    }
+    ok &= pages == free_pages && released == released_pages;
+    cm_lock_release(&heap_lock);
+    return ok;
+}
+
+void cm_page_heap_fork(int phase)
+{
+    cm_lock_fork(&heap_lock, phase);
+}

@@ -1,0 +1,55 @@
+/* pagemap.c - the map from page number to span, a two-level radix tree over 48-bit addresses.
+ *
+ *   address:  | 17 bits: root index | 18 bits: leaf index | 13 bits: offset in page |
+ *   root      static array of 2^17 leaf pointers (1 MiB of .bss, touched only where used)
+ *   leaf      2^18 span pointers (2 MiB mapped on demand, resident only where written),
+ *             covering 2 GiB of address space
+ *
+ * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
+ * freed or moved. pagemap_lock serializes only leaf creation. Writers of entries are the page
+ * heap (under its lock) and the mmap path (for pages it alone owns), after cm_pagemap_ensure.
+ * Invariant: an entry is NULL or points to the live span that contains its page.
+ */
+#include "internal.h"
+
+#define LEAF_ENTRIES ((size_t)1 << CM_PAGEMAP_LEAF_BITS)
+
+cm_span **cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
+static cm_lock pagemap_lock = CM_LOCK_INIT;
+
+/* Makes sure leaves exist for pages [page, page + pages). False when the OS refuses memory. */
+bool cm_pagemap_ensure(uintptr_t page, size_t pages)
+{
+    uintptr_t first = page >> CM_PAGEMAP_LEAF_BITS, last = (page + pages - 1) >> CM_PAGEMAP_LEAF_BITS;
+    for (uintptr_t i = first; i <= last; i++) {
+        if (__atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE) != NULL)
+            continue;
+        cm_lock_acquire(&pagemap_lock);
+        if (cm_pagemap_root[i] == NULL) {
+            cm_span **leaf = cm_os_map(LEAF_ENTRIES * sizeof(cm_span *));
+            if (leaf == NULL) {
+                cm_lock_release(&pagemap_lock);
+                return false;
+            }
+            __atomic_store_n(&cm_pagemap_root[i], leaf, __ATOMIC_RELEASE);
+        }
+        cm_lock_release(&pagemap_lock);
+    }
+    return true;
+}
+
+void cm_pagemap_set(uintptr_t page, cm_span *span)
+{
+    cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS][page & (LEAF_ENTRIES - 1)] = span;
+}
+
+void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span)
+{
+    for (size_t i = 0; i < pages; i++)
+        cm_pagemap_set(page + i, span);
+}
+
+void cm_pagemap_fork(int phase)
+{
+    cm_lock_fork(&pagemap_lock, phase);
+}

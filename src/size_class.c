@@ -1,0 +1,67 @@
+/* size_class.c - the size-class table and the lookup from a request size to its class.
+ *
+ * Generated once at init by the rules below (cmalloc_stats_print shows the result):
+ *   size     16-byte steps up to 128 B, then 8 classes per doubling (step = lower bound / 8),
+ *            so a request wastes at most 12.5% above 128 B; every size is a multiple of 16,
+ *            so every object is 16-byte aligned.
+ *   pages    the fewest pages holding min(8 objects, 256 KiB) whose tail waste <= 12.5%.
+ *   batch    objects per fill/flush: 64 KiB / size, clamped to [2, CM_BATCH_MAX].
+ *   transfer batches the central transfer cache keeps: 2 MiB / batch bytes, clamped [4, 64].
+ * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to 1 KiB and in
+ * 128-byte steps above (every class above 1 KiB is a multiple of 128). Class 0 is never used.
+ * Invariant: cm_classes[cm_size_class(n)].size is the smallest class size >= n.
+ */
+#include "internal.h"
+
+cm_class_info cm_classes[CM_CLASSES_MAX];
+unsigned cm_class_count;          /* classes 1..cm_class_count-1 are in use */
+uint8_t cm_class_of_small[CM_SMALL_STEP_MAX / 16 + 1];
+uint8_t cm_class_of_medium[CM_MAX_SMALL / 128 + 1];
+
+static size_t clamp(size_t value, size_t low, size_t high)
+{
+    return value < low ? low : value > high ? high : value;
+}
+
+static uint32_t pages_for(size_t size)
+{
+    size_t want = clamp(8 * size, size, CM_MAX_SMALL);
+    size_t pages = (want + CM_PAGE_SIZE - 1) / CM_PAGE_SIZE;
+    while ((pages * CM_PAGE_SIZE) % size > pages * CM_PAGE_SIZE / 8)
+        pages++;
+    return (uint32_t)pages;
+}
+
+static void add_class(size_t size)
+{
+    cm_class_info *c = &cm_classes[cm_class_count++];
+    c->size = (uint32_t)size;
+    c->pages = pages_for(size);
+    c->objects = (uint32_t)(c->pages * CM_PAGE_SIZE / size);
+    c->batch = (uint32_t)clamp((64u << 10) / size, 2, CM_BATCH_MAX);
+    c->transfer_capacity =
+        (uint32_t)clamp((2u << 20) / ((size_t)c->batch * size), 4, CM_TRANSFER_SLOTS);
+}
+
+void cm_size_class_init(void)
+{
+    cm_class_count = 1;
+    for (size_t size = 16; size <= 128; size += 16)
+        add_class(size);
+    for (size_t low = 128; low < CM_MAX_SMALL; low *= 2)
+        for (size_t size = low + low / 8; size <= 2 * low; size += low / 8)
+            add_class(size);
+
+    unsigned c = 1;
+    for (size_t i = 0; i <= CM_SMALL_STEP_MAX / 16; i++) {
+        while (cm_classes[c].size < i * 16)
+            c++;
+        cm_class_of_small[i] = (uint8_t)c;
+    }
+    c = 1;
+    for (size_t i = 0; i <= CM_MAX_SMALL / 128; i++) {
+        while (cm_classes[c].size < i * 128)
+            c++;
+        cm_class_of_medium[i] = (uint8_t)c;
+    }
+}

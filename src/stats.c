@@ -1,0 +1,99 @@
+/* stats.c - the public statistics: cmalloc_stats_get, cmalloc_stats_print, and the report at
+ * exit when CMALLOC_STATS=1.
+ *
+ * Counters are read from each layer under its own lock, one layer at a time, so the result
+ * is a snapshot that may be off by what other threads did meanwhile, never a torn number.
+ * Nothing here allocates: the report is formatted on the stack and written with write(2).
+ */
+#include "internal.h"
+#include "cmalloc.h"
+
+#include <string.h>
+
+CM_EXPORT int cmalloc_stats_get(cmalloc_stats *stats)
+{
+    memset(stats, 0, sizeof *stats);
+    if (!cm_initialized)
+        return 0;
+    size_t small_out = 0, small_cached = 0;
+    for (unsigned c = 1; c < cm_class_count; c++) {
+        size_t cached;
+        small_out += cm_central_objects_out(c, &cached) * cm_classes[c].size;
+        small_cached += cached * cm_classes[c].size;
+    }
+    size_t large_bytes, mapped_count;
+    stats->bytes_thread_caches = cm_thread_cache_bytes(&stats->thread_caches);
+    stats->bytes_central_cache = small_cached;
+    cm_page_heap_counters(&stats->bytes_page_heap_free, &stats->bytes_released, &large_bytes,
+                          &stats->large_allocations);
+    size_t mapped_live = cm_mapped_live_bytes(&mapped_count);
+    stats->large_allocations += mapped_count;
+    size_t small_held = small_cached + stats->bytes_thread_caches;
+    stats->bytes_in_use = (small_out > small_held ? small_out - small_held : 0) + large_bytes + mapped_live;
+    stats->bytes_mapped = cm_os_mapped_bytes();
+    stats->bytes_metadata = cm_metadata_bytes();
+    return 0;
+}
+
+static void line(cm_message *m, int fd, const char *label, size_t value, const char *unit)
+{
+    cm_message_str(m, label);
+    cm_message_uint(m, value);
+    cm_message_str(m, unit);
+    cm_message_write(m, fd);
+}
+
+CM_EXPORT void cmalloc_stats_print(int fd)
+{
+    cmalloc_stats s;
+    cm_message m = {.length = 0};
+    cmalloc_stats_get(&s);
+    line(&m, fd, "cmalloc stats (version " CMALLOC_VERSION ")\n  in use:            ", s.bytes_in_use, " bytes\n");
+    line(&m, fd, "  mapped:            ", s.bytes_mapped, " bytes\n");
+    line(&m, fd, "  released to OS:    ", s.bytes_released, " bytes (mapped, not resident)\n");
+    line(&m, fd, "  page heap free:    ", s.bytes_page_heap_free, " bytes\n");
+    line(&m, fd, "  central caches:    ", s.bytes_central_cache, " bytes\n");
+    line(&m, fd, "  thread caches:     ", s.bytes_thread_caches, " bytes\n");
+    line(&m, fd, "  metadata:          ", s.bytes_metadata, " bytes\n");
+    line(&m, fd, "  large allocations: ", s.large_allocations, "\n");
+    line(&m, fd, "  live threads:      ", s.thread_caches, " with a cache\n");
+    cm_message_str(&m, "  options:\n");
+    cm_message_write(&m, fd);
+    cm_options_print(fd);
+    cm_message_str(&m, "  class     size  pages  batch   objects out\n");
+    cm_message_write(&m, fd);
+    if (!cm_initialized)
+        return;
+    for (unsigned c = 1; c < cm_class_count; c++) {
+        size_t cached, out = cm_central_objects_out(c, &cached);
+        if (out == 0)
+            continue;
+        cm_message_str(&m, "  ");
+        cm_message_uint(&m, c);
+        cm_message_str(&m, "\t");
+        cm_message_uint(&m, cm_classes[c].size);
+        cm_message_str(&m, "\t");
+        cm_message_uint(&m, cm_classes[c].pages);
+        cm_message_str(&m, "\t");
+        cm_message_uint(&m, cm_classes[c].batch);
+        cm_message_str(&m, "\t");
+        cm_message_uint(&m, out);
+        cm_message_str(&m, "\n");
+        cm_message_write(&m, fd);
+    }
+}
+
+CM_EXPORT size_t cmalloc_release(void)
+{
+    if (!cm_initialized)
+        return 0;
+    cm_thread_cache_flush_current();
+    cm_central_drain();
+    return cm_page_heap_release(true);
+}
+
+__attribute__((destructor)) static void stats_at_exit(void)
+{
+    if (cm_initialized && cm_option.stats_at_exit)
+        cmalloc_stats_print(2);
+}

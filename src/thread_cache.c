@@ -1,0 +1,265 @@
+/* thread_cache.c - the front end: one cache of free lists per thread, no locks on a hit.
+ *
+ * The fast paths (cm_alloc, cm_free in internal.h) pop and push the current thread's lists;
+ * this file owns everything else: creating a thread's cache on its first slow path, filling an
+ * empty list from the central cache, flushing a list that grew past max_length, keeping the
+ * thread within its byte budget, and giving everything back when the thread exits.
+ *
+ * Sizing: a list's max_length starts at 1 and grows by one per miss up to the class's batch,
+ * then by a batch per miss up to list_cap() (slow start: a thread that allocates little caches
+ * little). A cache's byte budget (max_size) starts at START_BUDGET and grows, in doubling steps
+ * claimed from the global pool of CMALLOC_THREAD_CACHE_TOTAL bytes, to at most
+ * CMALLOC_THREAD_CACHE_MAX; past its budget the cache gives back half of every list.
+ *
+ * Thread exit: a pthread key destructor flushes the cache and recycles it. Calls made after
+ * that (other libraries' destructors) see thread_state == GONE and go to the central cache.
+ * Lock: registry_lock guards the list of live caches, the spare caches and budget handover; it
+ * is the outermost lock (internal.h). The caches themselves are touched only by their thread,
+ * except for racy reads of `size` by stats and by fork's child handler.
+ */
+#include "internal.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#define START_BUDGET ((size_t)64 << 10)
+
+enum { THREAD_NEW = 0, THREAD_LIVE, THREAD_GONE };
+
+static cm_thread_cache empty_cache; /* every list empty with max_length 0: always the slow path */
+CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current = &empty_cache;
+static CM_THREAD_LOCAL uint8_t thread_state;
+
+static cm_lock registry_lock = CM_LOCK_INIT;
+static cm_thread_cache *registry;      /* live caches */
+static cm_thread_cache *spare_caches;  /* caches of exited threads, linked through next */
+static size_t live_caches;
+static _Atomic int64_t unclaimed_budget; /* of CMALLOC_THREAD_CACHE_TOTAL; may dip below 0 */
+static pthread_key_t exit_key;
+
+static uint32_t list_cap(unsigned size_class)
+{
+    uint32_t batch = cm_classes[size_class].batch, by_bytes = (uint32_t)((1u << 20) / cm_classes[size_class].size);
+    uint32_t cap = by_bytes < 8192 ? by_bytes : 8192;
+    return cap > batch ? cap : batch;
+}
+
+/* Claims up to want bytes of the global budget; returns what it got. */
+static size_t claim_budget(size_t want)
+{
+    int64_t before = atomic_fetch_sub(&unclaimed_budget, (int64_t)want);
+    if (before >= (int64_t)want)
+        return want;
+    size_t got = before > 0 ? (size_t)before : 0;
+    atomic_fetch_add(&unclaimed_budget, (int64_t)(want - got));
+    return got;
+}
+
+/* Flushes count objects from the head of a list to the central cache, in whole batches where
+ * it can (a full batch lands in the transfer cache, ready for another thread). */
+static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_t count)
+{
+    cm_free_list *list = &cache->lists[size_class];
+    const uint32_t batch = cm_classes[size_class].batch;
+    cache->size -= (size_t)count * cm_classes[size_class].size;
+    list->length -= count;
+    while (count > 0) {
+        uint32_t n = count < batch ? count : batch;
+        void *head = list->head, *last = head;
+        for (uint32_t i = 1; i < n; i++)
+            last = *(void **)last;
+        list->head = *(void **)last;
+        *(void **)last = NULL;
+        cm_central_flush(size_class, head, n);
+        count -= n;
+    }
+}
+
+static void release_all(cm_thread_cache *cache)
+{
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+        release_objects(cache, size_class, cache->lists[size_class].length);
+}
+
+static void unregister(cm_thread_cache *cache)
+{
+    if (cache->prev)
+        cache->prev->next = cache->next;
+    else
+        registry = cache->next;
+    if (cache->next)
+        cache->next->prev = cache->prev;
+    cache->next = spare_caches;
+    spare_caches = cache;
+    live_caches--;
+    atomic_fetch_add(&unclaimed_budget, (int64_t)cache->max_size);
+}
+
+static void thread_exit(void *arg)
+{
+    cm_thread_cache *cache = arg;
+    cm_thread_cache_current = &empty_cache;
+    thread_state = THREAD_GONE;
+    release_all(cache);
+    cm_lock_acquire(&registry_lock);
+    unregister(cache);
+    cm_lock_release(&registry_lock);
+}
+
+static CM_NOINLINE cm_thread_cache *create(void)
+{
+    cm_lock_acquire(&registry_lock);
+    cm_thread_cache *cache = spare_caches;
+    if (cache != NULL)
+        spare_caches = cache->next;
+    cm_lock_release(&registry_lock);
+    if (cache == NULL && (cache = cm_metadata_alloc(sizeof *cache)) == NULL)
+        return NULL;
+    memset(cache, 0, sizeof *cache);
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+        cache->lists[size_class].max_length = 1;
+    cache->max_size = START_BUDGET;
+    atomic_fetch_sub(&unclaimed_budget, (int64_t)START_BUDGET);
+
+    cm_lock_acquire(&registry_lock);
+    cache->next = registry;
+    if (registry)
+        registry->prev = cache;
+    registry = cache;
+    live_caches++;
+    cm_lock_release(&registry_lock);
+
+    /* Publish before pthread_setspecific, which may itself call calloc. */
+    cm_thread_cache_current = cache;
+    thread_state = THREAD_LIVE;
+    pthread_setspecific(exit_key, cache);
+    return cache;
+}
+
+/* The calling thread's cache, created on first use; NULL once the thread is exiting. */
+static cm_thread_cache *cache_for_thread(void)
+{
+    if (CM_LIKELY(thread_state == THREAD_LIVE))
+        return cm_thread_cache_current;
+    return thread_state == THREAD_GONE ? NULL : create();
+}
+
+/* Over budget: first try to grow the budget, else give back half of every list. */
+static void scavenge(cm_thread_cache *cache)
+{
+    if (cache->max_size < cm_option.thread_cache_max) {
+        size_t room = cm_option.thread_cache_max - cache->max_size;
+        cache->max_size += claim_budget(cache->max_size < room ? cache->max_size : room);
+        if (cache->size <= cache->max_size)
+            return;
+    }
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        cm_free_list *list = &cache->lists[size_class];
+        if (list->length > 0)
+            release_objects(cache, size_class, (list->length + 1) / 2);
+        if (list->max_length > 1)
+            list->max_length /= 2;
+    }
+}
+
+void *cm_thread_cache_alloc_slow(unsigned size_class)
+{
+    cm_thread_cache *cache = cache_for_thread();
+    void *head;
+    if (cache == NULL) { /* exiting thread: one object straight from the central cache */
+        unsigned n = cm_central_fill(size_class, 1, &head);
+        if (n > 1)
+            cm_central_flush(size_class, *(void **)head, n - 1);
+        return n ? head : NULL;
+    }
+    cm_free_list *list = &cache->lists[size_class];
+    const uint32_t batch = cm_classes[size_class].batch;
+    if (list->head == NULL) {
+        if (list->max_length < batch)
+            list->max_length++;
+        else if (list->max_length + batch <= list_cap(size_class))
+            list->max_length += batch;
+        uint32_t want = list->max_length < batch ? list->max_length : batch;
+        unsigned n = cm_central_fill(size_class, want, &head);
+        if (n == 0)
+            return NULL;
+        if (n > list->max_length)
+            list->max_length = n;
+        list->head = head;
+        list->length = n;
+        cache->size += (size_t)n * cm_classes[size_class].size;
+    }
+    void *object = list->head;
+    list->head = *(void **)object;
+    list->length--;
+    cache->size -= cm_classes[size_class].size;
+    if (cache->size > cache->max_size)
+        scavenge(cache);
+    return object;
+}
+
+/* object belongs to a SMALL span of size_class and is not a detectable double free. */
+void cm_thread_cache_free_slow(void *object, unsigned size_class)
+{
+    cm_thread_cache *cache = cache_for_thread();
+    if (cache == NULL) {
+        *(void **)object = NULL;
+        cm_central_flush(size_class, object, 1);
+        return;
+    }
+    cm_free_list *list = &cache->lists[size_class];
+    *(void **)object = list->head;
+    list->head = object;
+    list->length++;
+    cache->size += cm_classes[size_class].size;
+    if (list->length > list->max_length) {
+        const uint32_t batch = cm_classes[size_class].batch;
+        release_objects(cache, size_class, list->length < batch ? list->length : batch);
+        if (list->max_length < batch)
+            list->max_length++;
+    }
+    if (cache->size > cache->max_size)
+        scavenge(cache);
+}
+
+void cm_thread_cache_flush_current(void)
+{
+    if (thread_state == THREAD_LIVE)
+        release_all(cm_thread_cache_current);
+}
+
+/* Bytes held by all thread caches (a racy snapshot); *caches gets how many caches live. */
+size_t cm_thread_cache_bytes(size_t *caches)
+{
+    size_t bytes = 0;
+    cm_lock_acquire(&registry_lock);
+    for (cm_thread_cache *cache = registry; cache; cache = cache->next)
+        bytes += __atomic_load_n(&cache->size, __ATOMIC_RELAXED);
+    *caches = live_caches;
+    cm_lock_release(&registry_lock);
+    return bytes;
+}
+
+void cm_thread_cache_init(void)
+{
+    atomic_store(&unclaimed_budget, (int64_t)cm_option.thread_cache_total);
+    pthread_key_create(&exit_key, thread_exit);
+}
+
+/* In the child only the forking thread survives: the others' caches go back to the central
+ * cache (whose locks the child handlers made new before this runs). */
+void cm_thread_cache_fork(int phase)
+{
+    cm_lock_fork(&registry_lock, phase);
+    if (phase != CM_FORK_CHILD)
+        return;
+    cm_thread_cache *cache = registry;
+    while (cache != NULL) {
+        cm_thread_cache *next = cache->next;
+        if (cache != cm_thread_cache_current) {
+            release_all(cache);
+            unregister(cache);
+        }
+        cache = next;
+    }
+}

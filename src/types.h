@@ -1,0 +1,86 @@
+/* types.h - constants and the structs shared between cmalloc's layers.
+ *
+ * Every field says what it holds; invariants are written as equations next to the struct and
+ * checked by the tests through the layer's *_valid() or counters.
+ */
+#ifndef CM_TYPES_H
+#define CM_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+/* ---- sizes ------------------------------------------------------------------------------- */
+#define CM_PAGE_SHIFT     13                          /* pages are 8 KiB */
+#define CM_PAGE_SIZE      ((size_t)1 << CM_PAGE_SHIFT)
+#define CM_ALIGNMENT      16                          /* every pointer handed out */
+#define CM_MAX_SMALL      ((size_t)256 << 10)         /* largest size served by a size class */
+#define CM_CLASSES_MAX    100                         /* table capacity; class 0 means "not small" */
+#define CM_SMALL_STEP_MAX 1024                        /* below this, class lookup in 16 B steps */
+#define CM_BATCH_MAX      32                          /* objects moved per fill/flush, at most */
+#define CM_TRANSFER_SLOTS 64                          /* batches one transfer cache can hold */
+#define CM_HEAP_LISTS     128                         /* page heap: exact lists for 1..128 pages */
+#define CM_ADDRESS_BITS   48                          /* user-space virtual addresses */
+
+/* ---- locks (the only lock type; see os.c for the platform side) --------------------------- */
+typedef pthread_mutex_t cm_lock;
+#define CM_LOCK_INIT PTHREAD_MUTEX_INITIALIZER
+
+/* ---- size classes -------------------------------------------------------------------------- */
+typedef struct cm_class_info {
+    uint32_t size;       /* object size in bytes, a multiple of 16 */
+    uint32_t pages;      /* pages per span */
+    uint32_t objects;    /* objects per span: pages * CM_PAGE_SIZE / size */
+    uint32_t batch;      /* objects per fill/flush between thread and central cache */
+    uint32_t transfer_capacity; /* batches its transfer cache may hold, <= CM_TRANSFER_SLOTS */
+} cm_class_info;
+
+/* ---- spans ---------------------------------------------------------------------------------
+ * A span is a run of whole pages. Its state says who owns it:
+ *   FREE   in the page heap's free lists;          pagemap holds its first and last page
+ *   SMALL  carved into objects of one size class;  pagemap holds every page
+ *   LARGE  one allocation from the page heap;      pagemap holds its first and last page
+ *   MAPPED one allocation straight from mmap;      pagemap holds its first page
+ *   DEAD   span struct waiting for reuse
+ * A pagemap entry may be stale (a page inside a span, or a dead span): a lookup is trusted only
+ * when page - span->page < span->pages and the state is not DEAD.
+ *
+ * SMALL span invariant:  used + |free_objects| + (limit - bump) / size == objects of the class.
+ */
+enum { CM_SPAN_DEAD = 0, CM_SPAN_FREE, CM_SPAN_SMALL, CM_SPAN_LARGE, CM_SPAN_MAPPED };
+
+typedef struct cm_span {
+    uintptr_t page;            /* first page number: address >> CM_PAGE_SHIFT */
+    size_t pages;              /* length in pages */
+    struct cm_span *next;      /* FREE: page heap list; SMALL: central list of spans with room */
+    struct cm_span *prev;
+    void *free_objects;        /* SMALL: objects given back, linked through their first word */
+    char *bump;                /* SMALL: next never-used object; carving is lazy to keep RSS low */
+    char *limit;               /* SMALL: end of the last whole object */
+    uint32_t used;             /* SMALL: objects out of the span (in caches or with the program) */
+    uint8_t size_class;        /* SMALL: its class; 0 for every other state */
+    uint8_t state;             /* CM_SPAN_* */
+    uint8_t released;          /* FREE: pages were given back to the OS (madvise) */
+    uint8_t listed;            /* SMALL: on its central cache's list of spans with room */
+    uint64_t free_since_ms;    /* FREE: when it became free, for release by age */
+} cm_span;
+
+/* ---- thread cache -------------------------------------------------------------------------
+ * One per thread. Invariant: size == sum over classes of lists[c].length * class size, and
+ * lists[c].length <= lists[c].max_length except transiently inside a slow path.
+ */
+typedef struct cm_free_list {
+    void *head;                /* objects linked through their first word */
+    uint32_t length;           /* objects on the list */
+    uint32_t max_length;       /* grows with use (slow start), a free beyond it flushes a batch */
+} cm_free_list;
+
+typedef struct cm_thread_cache {
+    cm_free_list lists[CM_CLASSES_MAX]; /* lists[0] is never used: class 0 means "not small" */
+    size_t size;               /* bytes on all lists */
+    size_t max_size;           /* budget: grows from a small start, drawn from a global pool */
+    struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
+    struct cm_thread_cache *prev;
+} cm_thread_cache;
+
+#endif /* CM_TYPES_H */
