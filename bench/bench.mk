@@ -4,7 +4,7 @@
 # linked against nothing but libc, libpthread and libm: the allocator under test is chosen at run
 # time with LD_PRELOAD (scripts/bench-matrix.sh), so every allocator runs the very same binary.
 
-BENCH_WORKLOADS := alloc_bench server_bench churn_bench
+BENCH_WORKLOADS := alloc_bench server_bench churn_bench peak_rss
 BENCH_OWN_BINS  := $(addprefix build/bench/,$(BENCH_WORKLOADS))
 BENCH_BINS      += $(BENCH_OWN_BINS)
 BENCH_CFLAGS    := -std=gnu11 -pthread

@@ -23,7 +23,7 @@
  *   peak RSS  the process's maximum resident set, KiB. The live data is about
  *             slots * mean size (printed); the rest is the allocator's overhead and retention.
  *
- * Example: build/bench/server_bench --threads 4 --slots 65536 --max-size 8192
+ * Example: build/bench/server_bench --threads 4 --slots 16384 --max-size 8192
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -44,7 +44,7 @@ static struct {
     unsigned sample_rate;
     uint64_t seed;
     const char *label;
-} opt = {1, 65536, 8192, 4, 0.2, 1.0, 32, 1, "server"};
+} opt = {1, 16384, 8192, 4, 0.2, 1.0, 32, 1, "server"};
 
 static _Atomic int phase = PHASE_WARMUP;
 static _Atomic(void *) *table;
