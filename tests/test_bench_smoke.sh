@@ -1,0 +1,62 @@
+#!/bin/sh
+# test_bench_smoke.sh - every benchmark program runs briefly under glibc and prints a RESULT line
+# that parses (all keys, in order, numbers where numbers belong); then a one-cell matrix goes
+# through scripts/bench-matrix.sh and bench-report.py and yields matrix.csv/md with the right
+# header. Run by `make test` from the top directory (which builds build/bench/*); about 3 s.
+set -u
+fail=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-smoke.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+check_result() { # name output-file
+  line=$(grep '^RESULT ' "$2" | head -n 1)
+  if [ -z "$line" ]; then echo "FAIL $1: no RESULT line"; sed 's/^/  | /' "$2"; fail=1; return; fi
+  echo "$line" | awk -v name="$1" '
+    BEGIN { split("workload threads params ops_per_sec wall_s p50_ns p99_ns p999_ns max_ns peak_rss_kib", want, " ") }
+    { bad = ""
+      if (NF != 11) bad = bad " fields=" NF
+      for (i = 1; i <= 10; i++) {
+        k = substr($(i + 1), 1, index($(i + 1), "=") - 1); v = substr($(i + 1), index($(i + 1), "=") + 1)
+        if (k != want[i]) bad = bad " key" i "=" k
+        if (i >= 4 && v !~ /^[0-9]+(\.[0-9]+)?$/) bad = bad " " k "=" v
+      }
+      ops = substr($5, index($5, "=") + 1); if (ops + 0 <= 0) bad = bad " zero-ops"
+      if (bad != "") { print "FAIL " name ":" bad; print "  " $0; exit 1 }
+      print "ok   " name ": " $5 " " $8 " " $11 }' || fail=1
+}
+
+run() { # name command...
+  name=$1; shift
+  if ! "$@" > "$tmp/out" 2> "$tmp/err"; then
+    echo "FAIL $name: exit status $? from: $*"; sed 's/^/  | /' "$tmp/err"; fail=1; return
+  fi
+  check_result "$name" "$tmp/out"
+}
+
+short="--seconds 0.05 --warmup 0.01"
+for m in immediate window crossthread; do
+  run "alloc_bench $m" build/bench/alloc_bench --mode=$m --size-dist=mixed --size 2048 --threads 2 $short
+done
+run "alloc_bench powerlaw" build/bench/alloc_bench --mode=window --size-dist=powerlaw --size 1M --window 64 $short
+run "server_bench" build/bench/server_bench --threads 2 --slots 2048 $short
+run "churn_bench" build/bench/churn_bench --threads 2 --objects 64 $short
+
+# peak_rss passes the exit status through and reports a figure
+if build/bench/peak_rss -- sh -c 'exit 7' 2> "$tmp/err"; then rc=0; else rc=$?; fi
+if [ "$rc" -ne 7 ] || ! grep -q '^peak_rss_kib=[0-9][0-9]*$' "$tmp/err"; then
+  echo "FAIL peak_rss: status $rc, stderr: $(cat "$tmp/err")"; fail=1
+else echo "ok   peak_rss"; fi
+
+# the matrix script end to end, one cell (glibc only, no installs, no whole programs)
+if sh scripts/bench-matrix.sh --quick --no-install --reps 1 --threads 1 --allocators glibc \
+     --workloads alloc-immediate-64 --seconds 0.05 --out "$tmp/matrix" > "$tmp/matrix.log" 2>&1 &&
+   [ "$(head -n 1 "$tmp/matrix/matrix.csv")" = "workload,allocator,threads,params,ops_per_sec,wall_s,p50_ns,p99_ns,p999_ns,max_ns,peak_rss_kib" ] &&
+   grep -q '^alloc-immediate-64,glibc,1,' "$tmp/matrix/matrix.csv" &&
+   grep -q '^## alloc-immediate-64' "$tmp/matrix/matrix.md"; then
+  echo "ok   bench-matrix.sh one cell"
+else
+  echo "FAIL bench-matrix.sh one cell:"; sed 's/^/  | /' "$tmp/matrix.log"; fail=1
+fi
+
+[ "$fail" = 0 ] && echo "bench smoke: all ok"
+exit "$fail"
