@@ -153,8 +153,8 @@ static void replace_keeps_priority(void **state)
     fixture *f = *state;
     OK(f, "A,1,S,100,10");
     OK(f, "A,2,S,100,10");
+    OK(f, "R,1,100,10"); /* same price, same qty: in place */
     OK(f, "R,1,100,4");  /* same price, smaller qty: in place */
-    OK(f, "R,2,100,10"); /* same price, same qty: in place */
     expect_order(f, 1, 100, 4);
     OK(f, "A,3,B,100,6");
     expect_trades(f, "T,3,1,100,4;T,3,2,100,2;");
