@@ -32,7 +32,8 @@ LIB_A  := build/libcmalloc.a
 TEST_BINS    := $(patsubst tests/%.c,build/tests/%,$(wildcard tests/test_*.c))
 TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
 BENCH_BINS   :=
-TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -Iinclude -Isrc
+# -fno-builtin: the compiler must not elide or merge the malloc/free calls the tests exist to make.
+TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -fno-builtin -Iinclude -Isrc
 
 all: $(LIB_SO) $(LIB_A)
 

@@ -124,6 +124,7 @@ void cm_central_fork(int phase);
 extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
 void *cm_thread_cache_alloc_slow(unsigned size_class);
 void cm_thread_cache_free_slow(void *object, unsigned size_class);
+void cm_thread_cache_scavenge(cm_thread_cache *cache);
 void cm_thread_cache_flush_current(void);
 size_t cm_thread_cache_bytes(size_t *caches);
 void cm_thread_cache_init(void);
@@ -148,7 +149,8 @@ void cm_init(void);
 /* ---- fast paths ----------------------------------------------------------------------------
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
  * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test, a table read, a pop. free: a pagemap read, a push.
+ * with no extra test. malloc: a size test, a table read, a pop. free: a pagemap read, a push,
+ * and a budget test.
  */
 static inline void *cm_alloc(size_t size)
 {
@@ -179,6 +181,8 @@ static inline void cm_free(void *p)
             list->head = p;
             list->length++;
             cache->size += cm_classes[size_class].size;
+            if (CM_UNLIKELY(cache->size > cache->max_size))
+                cm_thread_cache_scavenge(cache);
             return;
         }
     }

@@ -144,8 +144,9 @@ static cm_thread_cache *cache_for_thread(void)
     return thread_state == THREAD_GONE ? NULL : create();
 }
 
-/* Over budget: first try to grow the budget, else give back half of every list. */
-static void scavenge(cm_thread_cache *cache)
+/* Over budget: first try to grow the budget, else give back half of every list. Called by
+ * the free fast path, so it must work on the calling thread's live cache only. */
+void cm_thread_cache_scavenge(cm_thread_cache *cache)
 {
     if (cache->max_size < cm_option.thread_cache_max) {
         size_t room = cm_option.thread_cache_max - cache->max_size;
@@ -194,7 +195,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     list->length--;
     cache->size -= cm_classes[size_class].size;
     if (cache->size > cache->max_size)
-        scavenge(cache);
+        cm_thread_cache_scavenge(cache);
     return object;
 }
 
@@ -219,7 +220,7 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
             list->max_length++;
     }
     if (cache->size > cache->max_size)
-        scavenge(cache);
+        cm_thread_cache_scavenge(cache);
 }
 
 void cm_thread_cache_flush_current(void)

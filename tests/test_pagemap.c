@@ -1,0 +1,73 @@
+/* test_pagemap.c - the radix pagemap: entries set and read back, leaves created on demand,
+ * addresses outside 48 bits and stale entries rejected. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+static void set_and_lookup(void **state)
+{
+    (void)state;
+    /* A page far from anything cmalloc maps: its leaf does not exist yet. */
+    uintptr_t page = ((uintptr_t)0x15a5a << 18) + 77;
+    assert_null(cm_pagemap_lookup((void *)(page << CM_PAGE_SHIFT)));
+    assert_true(cm_pagemap_ensure(page, 3));
+    cm_span span = {.page = page, .pages = 3, .state = CM_SPAN_LARGE};
+    cm_pagemap_set_range(page, 3, &span);
+    for (uintptr_t p = page; p < page + 3; p++) {
+        char *address = (char *)(p << CM_PAGE_SHIFT);
+        assert_ptr_equal(cm_pagemap_lookup(address), &span);
+        assert_ptr_equal(cm_pagemap_lookup(address + CM_PAGE_SIZE - 1), &span);
+        assert_ptr_equal(cm_span_of(address + 100), &span);
+    }
+    assert_null(cm_pagemap_lookup((void *)((page + 3) << CM_PAGE_SHIFT)));
+    cm_pagemap_set_range(page, 3, NULL);
+    assert_null(cm_pagemap_lookup((void *)(page << CM_PAGE_SHIFT)));
+}
+
+static void stale_and_wild_pointers_are_rejected(void **state)
+{
+    (void)state;
+    uintptr_t page = ((uintptr_t)0x13c3c << 18) + 5;
+    assert_true(cm_pagemap_ensure(page, 4));
+    cm_span span = {.page = page, .pages = 1, .state = CM_SPAN_LARGE};
+    cm_pagemap_set(page + 2, &span); /* an entry for a page the span does not cover */
+    assert_ptr_equal(cm_pagemap_lookup((void *)((page + 2) << CM_PAGE_SHIFT)), &span);
+    assert_null(cm_span_of((void *)((page + 2) << CM_PAGE_SHIFT)));
+    span.state = CM_SPAN_DEAD;
+    cm_pagemap_set(page, &span);
+    assert_null(cm_span_of((void *)(page << CM_PAGE_SHIFT)));
+    cm_pagemap_set(page, NULL);
+    cm_pagemap_set(page + 2, NULL);
+    assert_null(cm_pagemap_lookup((void *)0xffff800000001000ull));
+    assert_null(cm_span_of((void *)((uintptr_t)1 << 60)));
+}
+
+static void heap_objects_resolve_to_their_span(void **state)
+{
+    (void)state;
+    for (size_t size = 16; size <= (4u << 20); size *= 3) {
+        char *p = malloc(size);
+        cm_span *span = cm_span_of(p);
+        assert_non_null(span);
+        assert_non_null(cm_span_of(p + size - 1));
+        assert_true(span->state == CM_SPAN_SMALL || span->state == CM_SPAN_LARGE);
+        free(p);
+    }
+    int on_stack;
+    assert_null(cm_span_of(&on_stack));
+}
+
+int main(void)
+{
+    cm_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(set_and_lookup),
+        cmocka_unit_test(stale_and_wild_pointers_are_rejected),
+        cmocka_unit_test(heap_objects_resolve_to_their_span),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,66 @@
+/* test_size_class.c - the size-class table: every size maps to the smallest class that fits,
+ * classes are 16-byte multiples, waste stays within 12.5% above 128 B, span and batch sizes
+ * follow the rules in size_class.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "internal.h"
+
+static void every_size_maps_to_smallest_fitting_class(void **state)
+{
+    (void)state;
+    for (size_t n = 0; n <= CM_MAX_SMALL; n++) {
+        unsigned c = cm_size_class(n);
+        assert_true(c >= 1 && c < cm_class_count);
+        assert_true(cm_classes[c].size >= n);
+        if (c > 1)
+            assert_true(cm_classes[c - 1].size < n);
+        if (n > 128)
+            assert_true((size_t)(cm_classes[c].size - n) * 8 <= n); /* waste <= 12.5% */
+    }
+    assert_int_equal(cm_classes[cm_size_class(0)].size, 16);
+    assert_int_equal(cm_classes[cm_class_count - 1].size, CM_MAX_SMALL);
+}
+
+static void classes_are_aligned_and_increasing(void **state)
+{
+    (void)state;
+    assert_true(cm_class_count <= CM_CLASSES_MAX);
+    assert_true(cm_class_count < 256); /* spans store the class in a byte */
+    for (unsigned c = 1; c < cm_class_count; c++) {
+        assert_int_equal(cm_classes[c].size % 16, 0);
+        if (c > 1)
+            assert_true(cm_classes[c].size > cm_classes[c - 1].size);
+        if (cm_classes[c].size <= 128)
+            assert_int_equal(cm_classes[c].size, 16 * c);
+        if (cm_classes[c].size > CM_SMALL_STEP_MAX)
+            assert_int_equal(cm_classes[c].size % 128, 0); /* coarse lookup stays exact */
+    }
+}
+
+static void spans_and_batches_follow_the_rules(void **state)
+{
+    (void)state;
+    for (unsigned c = 1; c < cm_class_count; c++) {
+        const cm_class_info *info = &cm_classes[c];
+        size_t span = (size_t)info->pages * CM_PAGE_SIZE;
+        assert_true(info->objects >= 1);
+        assert_int_equal(info->objects, span / info->size);
+        assert_true((span - (size_t)info->objects * info->size) * 8 <= span); /* tail waste */
+        assert_true(info->batch >= 2 && info->batch <= CM_BATCH_MAX);
+        assert_true(info->transfer_capacity >= 4 && info->transfer_capacity <= CM_TRANSFER_SLOTS);
+    }
+}
+
+int main(void)
+{
+    cm_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_size_maps_to_smallest_fitting_class),
+        cmocka_unit_test(classes_are_aligned_and_increasing),
+        cmocka_unit_test(spans_and_batches_follow_the_rules),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

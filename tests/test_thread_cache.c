@@ -1,0 +1,152 @@
+/* test_thread_cache.c - the front end: slow start (a list's max_length grows one per miss up
+ * to the batch), the byte budget (a cache never holds more than CMALLOC_THREAD_CACHE_MAX),
+ * cross-thread frees travelling as whole batches, and caches given back at thread exit. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdlib.h>
+
+#include "cmalloc.h"
+#include "internal.h"
+
+/* cmocka's asserts must run on the main thread: workers return the first failed check. */
+#define CHECK(condition) do { if (!(condition)) return (void *)#condition; } while (0)
+
+static void run_checked(void *(*body)(void *))
+{
+    pthread_t thread;
+    void *failure = NULL;
+    assert_int_equal(pthread_create(&thread, NULL, body, NULL), 0);
+    pthread_join(thread, &failure);
+    if (failure)
+        fail_msg("worker check failed: %s", (const char *)failure);
+}
+
+static void *slow_start_thread(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(7000);
+    const uint32_t batch = cm_classes[c].batch;
+    free(malloc(16)); /* create this thread's cache */
+    cm_free_list *list = &cm_thread_cache_current->lists[c];
+    CHECK(list->max_length == 1);
+    enum { COUNT = 64 };
+    void *objects[COUNT];
+    for (uint32_t i = 0; i < COUNT; i++) {
+        objects[i] = malloc(7000);
+        CHECK(objects[i] != NULL);
+        CHECK(list->max_length <= i + 2 + batch); /* one step per miss */
+    }
+    CHECK(list->max_length >= batch); /* grew with use */
+    for (uint32_t i = 0; i < COUNT; i++) {
+        free(objects[i]);
+        CHECK(list->length <= list->max_length);
+    }
+    return NULL;
+}
+
+static void lists_start_small_and_grow(void **state)
+{
+    (void)state;
+    run_checked(slow_start_thread);
+}
+
+static void *budget_thread(void *arg)
+{
+    (void)arg;
+    enum { COUNT = 400 };
+    static void *objects[COUNT];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < COUNT; i++)
+            objects[i] = malloc(16384 + (size_t)(i % 7) * 4096);
+        for (int i = 0; i < COUNT; i++) {
+            free(objects[i]);
+            CHECK(cm_thread_cache_current->size <= cm_thread_cache_current->max_size);
+            CHECK(cm_thread_cache_current->max_size <= cm_option.thread_cache_max);
+        }
+    }
+    return NULL;
+}
+
+static void cache_stays_within_budget(void **state)
+{
+    (void)state;
+    run_checked(budget_thread);
+}
+
+enum { HANDOFF = 4096 };
+static void *handoff[HANDOFF];
+
+static void *producer(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < HANDOFF; i++)
+        handoff[i] = malloc(96);
+    return NULL;
+}
+
+static void *consumer(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < HANDOFF; i++)
+        free(handoff[i]);
+    return NULL;
+}
+
+static void cross_thread_frees_travel_in_batches(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(96);
+    pthread_t thread;
+    pthread_create(&thread, NULL, producer, NULL);
+    pthread_join(thread, NULL);
+    cm_central_drain();
+    size_t cached, out_before = cm_central_objects_out(c, &cached);
+    pthread_create(&thread, NULL, consumer, NULL);
+    pthread_join(thread, NULL);
+    size_t cached_after, out_after = cm_central_objects_out(c, &cached_after);
+    /* Nearly everything the consumer freed sits in the transfer cache as whole batches, or
+     * went back to spans once the transfer cache was full; none is lost. */
+    assert_true(cached_after > 0);
+    assert_int_equal(cached_after % cm_classes[c].batch, 0);
+    assert_true(out_before - out_after + cached_after >= HANDOFF - 2 * cm_classes[c].batch);
+}
+
+static void *short_lived(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 100; i++)
+        free(malloc((size_t)i * 40));
+    void *keep = malloc(500);
+    return keep;
+}
+
+static void exited_threads_give_their_cache_back(void **state)
+{
+    (void)state;
+    cmalloc_stats before, after;
+    cmalloc_stats_get(&before);
+    for (int i = 0; i < 200; i++) {
+        pthread_t thread;
+        void *kept;
+        pthread_create(&thread, NULL, short_lived, NULL);
+        pthread_join(thread, &kept);
+        free(kept);
+    }
+    cmalloc_stats_get(&after);
+    assert_int_equal(after.thread_caches, before.thread_caches);
+    assert_true(after.bytes_metadata <= before.bytes_metadata + (64 << 10)); /* caches recycled */
+}
+
+int main(void)
+{
+    cm_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lists_start_small_and_grow),
+        cmocka_unit_test(cache_stays_within_budget),
+        cmocka_unit_test(cross_thread_frees_travel_in_batches),
+        cmocka_unit_test(exited_threads_give_their_cache_back),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
