@@ -166,6 +166,48 @@ size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects)
     return out;
 }
 
+/* True when the objects of list all lie on object boundaries of SMALL spans of size_class. */
+bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length)
+{
+    size_t n = 0;
+    for (void *object = list; object != NULL && n <= expected_length; object = *(void **)object, n++) {
+        cm_span *span = cm_span_of(object);
+        if (span == NULL || span->state != CM_SPAN_SMALL || span->size_class != size_class ||
+            ((char *)object - (char *)cm_span_start(span)) % cm_classes[size_class].size != 0)
+            return false;
+    }
+    return n == expected_length;
+}
+
+/* Checks every class: listed spans have room and account for each object
+ * (used + free + never used == objects per span), transfer batches are whole batches of the
+ * class, and objects_out covers them. */
+bool cm_central_valid(void)
+{
+    bool ok = true;
+    for (unsigned size_class = 1; size_class < cm_class_count && ok; size_class++) {
+        central *c = &centrals[size_class];
+        const cm_class_info *info = &cm_classes[size_class];
+        size_t listed_used = 0;
+        cm_lock_acquire(&c->lock);
+        for (cm_span *span = c->spans; span && ok; span = span->next) {
+            size_t free_count = 0;
+            for (void *o = span->free_objects; o && free_count <= info->objects; o = *(void **)o)
+                free_count++;
+            ok = span->state == CM_SPAN_SMALL && span->size_class == size_class && span->listed &&
+                 (span->free_objects || span->bump < span->limit) &&
+                 span->used + free_count + (size_t)(span->limit - span->bump) / info->size == info->objects &&
+                 cm_object_list_valid(size_class, span->free_objects, free_count);
+            listed_used += span->used;
+        }
+        for (unsigned i = 0; i < c->transfer_count && ok; i++)
+            ok = cm_object_list_valid(size_class, c->transfer[i], info->batch);
+        ok = ok && c->objects_out >= listed_used + (size_t)c->transfer_count * info->batch;
+        cm_lock_release(&c->lock);
+    }
+    return ok;
+}
+
 void cm_central_fork(int phase)
 {
     if (phase == CM_FORK_PREPARE) {

@@ -118,6 +118,8 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_drain(void);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
+bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length);
+bool cm_central_valid(void);
 void cm_central_fork(int phase);
 
 /* thread_cache.c */
@@ -127,6 +129,7 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class);
 void cm_thread_cache_scavenge(cm_thread_cache *cache);
 void cm_thread_cache_flush_current(void);
 size_t cm_thread_cache_bytes(size_t *caches);
+bool cm_thread_cache_valid(void);
 void cm_thread_cache_init(void);
 void cm_thread_cache_fork(int phase);
 
@@ -140,7 +143,8 @@ size_t cm_usable_size(const void *p);
 size_t cm_mapped_live_bytes(size_t *count);
 CM_COLD void cm_report_bad_pointer(const char *caller, const char *what, const void *p);
 
-/* stats.c: cmalloc_stats_get, cmalloc_stats_print, malloc_stats (public, see cmalloc.h) */
+/* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
+bool cm_heap_check(void);
 
 /* init.c */
 extern volatile int cm_initialized;

@@ -6,6 +6,10 @@
  * memalign rounds a non-power-of-two alignment up; aligned_alloc rejects one with EINVAL;
  * valloc/pvalloc align to 4096 bytes; mallopt honours M_MMAP_THRESHOLD and accepts (and
  * ignores) glibc's other parameters.
+ *
+ * Built with -DCM_PREFIX=name_ (the sanitizer build), the C entry points are exported as
+ * name_malloc, name_free, ... and glibc's aliases and the C++ operators are left out, so the
+ * library can run beside another allocator (ThreadSanitizer's) instead of replacing it.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -18,20 +22,28 @@
 
 #define SYSTEM_PAGE 4096
 
+#ifdef CM_PREFIX
+#define CM_GLUE(prefix, name) prefix##name
+#define CM_EXPAND_GLUE(prefix, name) CM_GLUE(prefix, name)
+#define CM_ENTRY(name) CM_EXPAND_GLUE(CM_PREFIX, name)
+#else
+#define CM_ENTRY(name) name
+#endif
+
 static bool is_power_of_two(size_t x)
 {
     return x != 0 && (x & (x - 1)) == 0;
 }
 
-CM_EXPORT void *malloc(size_t size) { return cm_alloc(size); }
-CM_EXPORT void free(void *p) { cm_free(p); }
-CM_EXPORT void cfree(void *p);
-CM_EXPORT void cfree(void *p) { cm_free(p); }
-CM_EXPORT void *calloc(size_t count, size_t size) { return cm_calloc(count, size); }
-CM_EXPORT void *realloc(void *p, size_t size) { return cm_realloc(p, size); }
-CM_EXPORT size_t malloc_usable_size(void *p) { return cm_usable_size(p); }
+CM_EXPORT void *CM_ENTRY(malloc)(size_t size) { return cm_alloc(size); }
+CM_EXPORT void CM_ENTRY(free)(void *p) { cm_free(p); }
+CM_EXPORT void CM_ENTRY(cfree)(void *p);
+CM_EXPORT void CM_ENTRY(cfree)(void *p) { cm_free(p); }
+CM_EXPORT void *CM_ENTRY(calloc)(size_t count, size_t size) { return cm_calloc(count, size); }
+CM_EXPORT void *CM_ENTRY(realloc)(void *p, size_t size) { return cm_realloc(p, size); }
+CM_EXPORT size_t CM_ENTRY(malloc_usable_size)(void *p) { return cm_usable_size(p); }
 
-CM_EXPORT void *reallocarray(void *p, size_t count, size_t size)
+CM_EXPORT void *CM_ENTRY(reallocarray)(void *p, size_t count, size_t size)
 {
     size_t total;
     if (__builtin_mul_overflow(count, size, &total)) {
@@ -41,7 +53,7 @@ CM_EXPORT void *reallocarray(void *p, size_t count, size_t size)
     return cm_realloc(p, total);
 }
 
-CM_EXPORT int posix_memalign(void **out, size_t alignment, size_t size)
+CM_EXPORT int CM_ENTRY(posix_memalign)(void **out, size_t alignment, size_t size)
 {
     if (alignment < sizeof(void *) || !is_power_of_two(alignment))
         return EINVAL;
@@ -54,7 +66,7 @@ CM_EXPORT int posix_memalign(void **out, size_t alignment, size_t size)
     return 0;
 }
 
-CM_EXPORT void *aligned_alloc(size_t alignment, size_t size)
+CM_EXPORT void *CM_ENTRY(aligned_alloc)(size_t alignment, size_t size)
 {
     if (!is_power_of_two(alignment)) {
         errno = EINVAL;
@@ -63,7 +75,7 @@ CM_EXPORT void *aligned_alloc(size_t alignment, size_t size)
     return cm_alloc_aligned(alignment, size);
 }
 
-CM_EXPORT void *memalign(size_t alignment, size_t size)
+CM_EXPORT void *CM_ENTRY(memalign)(size_t alignment, size_t size)
 {
     if (alignment > ((size_t)1 << 62)) {
         errno = ENOMEM;
@@ -75,9 +87,9 @@ CM_EXPORT void *memalign(size_t alignment, size_t size)
     return cm_alloc_aligned(rounded, size);
 }
 
-CM_EXPORT void *valloc(size_t size) { return cm_alloc_aligned(SYSTEM_PAGE, size); }
+CM_EXPORT void *CM_ENTRY(valloc)(size_t size) { return cm_alloc_aligned(SYSTEM_PAGE, size); }
 
-CM_EXPORT void *pvalloc(size_t size)
+CM_EXPORT void *CM_ENTRY(pvalloc)(size_t size)
 {
     size_t rounded = (size + SYSTEM_PAGE - 1) & ~(size_t)(SYSTEM_PAGE - 1);
     if (rounded < size) {
@@ -87,15 +99,15 @@ CM_EXPORT void *pvalloc(size_t size)
     return cm_alloc_aligned(SYSTEM_PAGE, rounded ? rounded : SYSTEM_PAGE);
 }
 
-CM_EXPORT int malloc_trim(size_t pad)
+CM_EXPORT int CM_ENTRY(malloc_trim)(size_t pad)
 {
     (void)pad;
     return cmalloc_release() > 0;
 }
 
-CM_EXPORT void malloc_stats(void) { cmalloc_stats_print(2); }
+CM_EXPORT void CM_ENTRY(malloc_stats)(void) { cmalloc_stats_print(2); }
 
-CM_EXPORT struct mallinfo2 mallinfo2(void)
+CM_EXPORT struct mallinfo2 CM_ENTRY(mallinfo2)(void)
 {
     cmalloc_stats s;
     cmalloc_stats_get(&s);
@@ -111,9 +123,9 @@ CM_EXPORT struct mallinfo2 mallinfo2(void)
     return info;
 }
 
-CM_EXPORT struct mallinfo mallinfo(void)
+CM_EXPORT struct mallinfo CM_ENTRY(mallinfo)(void)
 {
-    struct mallinfo2 wide = mallinfo2();
+    struct mallinfo2 wide = CM_ENTRY(mallinfo2)();
     struct mallinfo info = {
         .arena = (int)wide.arena, .hblks = (int)wide.hblks, .hblkhd = (int)wide.hblkhd,
         .uordblks = (int)wide.uordblks, .fordblks = (int)wide.fordblks,
@@ -121,7 +133,7 @@ CM_EXPORT struct mallinfo mallinfo(void)
     return info;
 }
 
-CM_EXPORT int mallopt(int parameter, int value)
+CM_EXPORT int CM_ENTRY(mallopt)(int parameter, int value)
 {
     switch (parameter) {
     case M_MMAP_THRESHOLD:
@@ -139,6 +151,7 @@ CM_EXPORT int mallopt(int parameter, int value)
     }
 }
 
+#ifndef CM_PREFIX
 /* glibc's internal names, called directly by some programs and libraries. (The aliases lack
  * the attributes glibc's header puts on the public names; they are the same functions.) */
 #pragma GCC diagnostic push
@@ -214,3 +227,4 @@ CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment) { (voi
 CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment) { (void)size; (void)alignment; cm_free(p); }
 CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag) { (void)alignment; (void)tag; cm_free(p); }
 CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag) { (void)alignment; (void)tag; cm_free(p); }
+#endif /* CM_PREFIX */

@@ -3,7 +3,7 @@
  *
  * Counters are read from each layer under its own lock, one layer at a time, so the result
  * is a snapshot that may be off by what other threads did meanwhile, never a torn number.
- * Nothing here allocates: the report is formatted on the stack and written with write(2).
+ * cm_heap_check walks every layer's invariants. Nothing here allocates: the report is formatted on the stack and written with write(2).
  */
 #include "internal.h"
 #include "cmalloc.h"
@@ -90,6 +90,15 @@ CM_EXPORT size_t cmalloc_release(void)
     cm_thread_cache_flush_current();
     cm_central_drain();
     return cm_page_heap_release(true);
+}
+
+/* The whole-heap consistency walk used by the fuzzer and tests: every layer's invariants
+ * (page heap lists and coalescing, central spans and batches, this thread's cache). */
+bool cm_heap_check(void)
+{
+    if (!cm_initialized)
+        return true;
+    return cm_thread_cache_valid() && cm_central_valid() && cm_page_heap_valid();
 }
 
 __attribute__((destructor)) static void stats_at_exit(void)

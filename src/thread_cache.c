@@ -241,6 +241,24 @@ size_t cm_thread_cache_bytes(size_t *caches)
     return bytes;
 }
 
+/* Checks the calling thread's cache: each list holds length objects of its class, no longer
+ * than its cap, and size adds up. */
+bool cm_thread_cache_valid(void)
+{
+    if (thread_state != THREAD_LIVE)
+        return true;
+    cm_thread_cache *cache = cm_thread_cache_current;
+    size_t bytes = 0;
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        cm_free_list *list = &cache->lists[size_class];
+        if (!cm_object_list_valid(size_class, list->head, list->length) ||
+            list->max_length > list_cap(size_class) + cm_classes[size_class].batch)
+            return false;
+        bytes += (size_t)list->length * cm_classes[size_class].size;
+    }
+    return bytes == cache->size && cache->max_size <= cm_option.thread_cache_max + START_BUDGET;
+}
+
 void cm_thread_cache_init(void)
 {
     atomic_store(&unclaimed_budget, (int64_t)cm_option.thread_cache_total);

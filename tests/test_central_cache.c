@@ -78,7 +78,9 @@ static void empty_spans_return_to_the_page_heap(void **state)
     assert_int_equal(cm_central_objects_out(c, &cached), out + n);
     cm_page_heap_counters(&free_before, &released, &large, &count);
     size_t released_before = released;
+    assert_true(cm_heap_check());
     cm_central_flush(c, head, n); /* not a batch: goes to the spans, which empty */
+    assert_true(cm_heap_check());
     assert_int_equal(cm_central_objects_out(c, &cached), out);
     size_t free_after;
     cm_page_heap_counters(&free_after, &released, &large, &count);
