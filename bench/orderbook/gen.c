@@ -169,6 +169,8 @@ int ob_generate(FILE *out, uint64_t messages, uint64_t seed, int depth)
 {
     generator g = {.rng = {seed}, .mid = 100000, .next_id = 1, .out = out};
     g.depth = depth < 1 ? 1 : depth;
+    if (g.mid < 4 * (int64_t)g.depth + 1000) /* deep books start high enough for every price */
+        g.mid = 4 * (int64_t)g.depth + 1000;
     ob_trades_init(&g.trades, 1024);
     g.book = ob_book_create(&g.trades, NULL);
     if (!g.book) {
