@@ -7,7 +7,8 @@
  *   - generated streams (and a random stream over far-apart prices) replayed through the
  *     engine and through a slow, obviously-correct reference written here, message by message:
  *     same accept/reject, same trades, same resting orders at the end;
- *   - the replay runner: threads and the pipeline give the same trades; --trades output.
+ *   - the replay runner: threads and the pipeline give the same trades; --trades output;
+ *   - build/orderbook's exit statuses and parse-error line (skipped when it is not built).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -747,6 +750,56 @@ static void histogram_quantiles(void **state)
     free(h);
 }
 
+/* ---- the command line (build/orderbook, when this runs from the top directory) --------- */
+
+/* Runs a shell command; returns its exit status and puts its stderr's first line in err. */
+static int run_cli(const char *command, char *err, size_t err_size)
+{
+    char full[1024], err_path[64];
+    snprintf(err_path, sizeof(err_path), "/tmp/test_orderbook_cli_%d.err", (int)getpid());
+    snprintf(full, sizeof(full), "%s 2>%s >/dev/null", command, err_path);
+    int status = system(full);
+    err[0] = 0;
+    FILE *f = fopen(err_path, "r");
+    if (f) {
+        if (fgets(err, (int)err_size, f))
+            err[strcspn(err, "\n")] = 0;
+        fclose(f);
+    }
+    unlink(err_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void cli_exit_status(void **state)
+{
+    (void)state;
+    if (access("build/orderbook", X_OK) != 0)
+        skip(); /* run from the top directory after make build/orderbook */
+    char path[] = "/tmp/test_orderbook_cli_XXXXXX", cmd[512], err[512], want[512];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "# fine so far\nA,1,B,100,10\nA,2,B,100,ten\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    snprintf(cmd, sizeof(cmd), "build/orderbook replay %s", path);
+    assert_int_equal(run_cli(cmd, err, sizeof(err)), 2);
+    snprintf(want, sizeof(want), "%s:3: expected an integer for qty, got 'ten'", path);
+    assert_string_equal(err, want);
+    /* a stream with rejects only: replay goes on, exit status 0 */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    text = "C,1\nA,1,B,0,1\nR,5,1,1\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(run_cli(cmd, err, sizeof(err)), 0);
+    snprintf(cmd, sizeof(cmd), "build/orderbook replay %s --alloc pool", path);
+    assert_int_equal(run_cli(cmd, err, sizeof(err)), 2); /* not under cmalloc */
+    assert_non_null(strstr(err, "cmalloc"));
+    assert_int_equal(run_cli("build/orderbook replay", err, sizeof(err)), 2);
+    assert_int_equal(run_cli("build/orderbook gen --seed 1", err, sizeof(err)), 2);
+    assert_int_equal(run_cli("build/orderbook gen --messages 10 --seed 1", err, sizeof(err)), 0);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -768,6 +821,7 @@ int main(void)
         cmocka_unit_test(replay_modes_agree),
         cmocka_unit_test(replay_pool_needs_cmalloc),
         cmocka_unit_test(histogram_quantiles),
+        cmocka_unit_test(cli_exit_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
