@@ -7,9 +7,12 @@
  *   - generated streams (and a random stream over far-apart prices) replayed through the
  *     engine and through a slow, obviously-correct reference written here, message by message:
  *     same accept/reject, same trades, same resting orders at the end;
- *   - the replay runner: threads and the pipeline give the same trades; --trades output;
+ *   - the replay runner: threads, the pipeline and the pool (under LD_PRELOAD of cmalloc) give
+ *     the same trades; --trades output;
  *   - build/orderbook's exit statuses and parse-error line (skipped when it is not built).
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -717,15 +720,33 @@ static void replay_modes_agree(void **state)
     ob_stream_free(&s);
 }
 
-static void replay_pool_needs_cmalloc(void **state)
+static int have_pool(void) { return dlsym(RTLD_DEFAULT, "cmalloc_pool_create") != NULL; }
+
+static void replay_pool(void **state)
 {
     (void)state;
-    /* this binary is not linked with cmalloc, so the pool API is absent: a clear error */
+    /* this binary is not linked with cmalloc: the pool API is there only under
+     * LD_PRELOAD=build/libcmalloc.so; without it --alloc pool is a clear error */
     ob_stream s = {0};
-    generate(&s, 100, 1, 10);
-    ob_replay_options o = {.threads = 1, .use_pool = 1};
-    ob_replay_result r;
-    assert_int_equal(ob_replay(&s, &o, &r), 2);
+    generate(&s, 5000, 1, 10);
+    ob_replay_options plain = {.threads = 1};
+    ob_replay_result want, r;
+    assert_int_equal(ob_replay(&s, &plain, &want), 0);
+    static const ob_replay_options modes[] = {
+        {.threads = 1, .use_pool = 1},
+        {.threads = 2, .use_pool = 1},
+        {.threads = 1, .pipeline = 1, .use_pool = 1},
+    };
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        if (!have_pool()) {
+            assert_int_equal(ob_replay(&s, &modes[i], &r), 2);
+            continue;
+        }
+        assert_int_equal(ob_replay(&s, &modes[i], &r), 0);
+        assert_true(r.checksum == want.checksum);
+        assert_int_equal(r.trades, want.trades);
+        assert_int_equal(r.resting, want.resting);
+    }
     ob_stream_free(&s);
 }
 
@@ -792,8 +813,12 @@ static void cli_exit_status(void **state)
     close(fd);
     assert_int_equal(run_cli(cmd, err, sizeof(err)), 0);
     snprintf(cmd, sizeof(cmd), "build/orderbook replay %s --alloc pool", path);
-    assert_int_equal(run_cli(cmd, err, sizeof(err)), 2); /* not under cmalloc */
-    assert_non_null(strstr(err, "cmalloc"));
+    if (have_pool()) { /* under LD_PRELOAD=build/libcmalloc.so, inherited by the child */
+        assert_int_equal(run_cli(cmd, err, sizeof(err)), 0);
+    } else {
+        assert_int_equal(run_cli(cmd, err, sizeof(err)), 2);
+        assert_non_null(strstr(err, "cmalloc"));
+    }
     assert_int_equal(run_cli("build/orderbook replay", err, sizeof(err)), 2);
     assert_int_equal(run_cli("build/orderbook gen --seed 1", err, sizeof(err)), 2);
     assert_int_equal(run_cli("build/orderbook gen --messages 10 --seed 1", err, sizeof(err)), 0);
@@ -819,7 +844,7 @@ int main(void)
         cmocka_unit_test(generated_streams_match_reference),
         cmocka_unit_test(random_far_prices_match_reference),
         cmocka_unit_test(replay_modes_agree),
-        cmocka_unit_test(replay_pool_needs_cmalloc),
+        cmocka_unit_test(replay_pool),
         cmocka_unit_test(histogram_quantiles),
         cmocka_unit_test(cli_exit_status),
     };
