@@ -16,7 +16,7 @@
  *                             even starts a thread, and _exits; a child that deadlocks is
  *                             killed by its alarm and fails the test instead of hanging it.
  *
- * The seed is printed; set CMALLOC_TEST_SEED to repeat a run, CMALLOC_TEST_FILTER (a cmocka
+ * The seed is printed; set TEST_SEED to repeat a run, TEST_FILTER (a cmocka
  * glob such as "*fork*") to run some tests only. Runtime: a few seconds on two cores.
  */
 #define _GNU_SOURCE
@@ -713,12 +713,12 @@ static void test_fork_while_allocating(void **state)
 
 int main(void)
 {
-    const char *s = getenv("CMALLOC_TEST_SEED");
+    const char *s = getenv("TEST_SEED");
     test_seed = s != NULL ? (unsigned)strtoul(s, NULL, 0)
                           : (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
-    printf("test_threads: seed %u (set CMALLOC_TEST_SEED=%u to repeat)\n", test_seed, test_seed);
+    printf("test_threads: seed %u (set TEST_SEED=%u to repeat)\n", test_seed, test_seed);
     fflush(stdout);
-    const char *filter = getenv("CMALLOC_TEST_FILTER"); /* e.g. "*fork*" */
+    const char *filter = getenv("TEST_FILTER"); /* e.g. "*fork*" */
     if (filter != NULL)
         cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {

@@ -1,0 +1,214 @@
+#!/bin/sh
+# test_link.sh - a program linked with cmalloc gets cmalloc's malloc.
+#
+# Run from the top directory (make test does). One small C program is built three ways:
+#   1. dynamic:   cc -Iinclude prog.c -Lbuild -lcmalloc, run with LD_LIBRARY_PATH=build;
+#   2. static:    cc -Iinclude prog.c build/libcmalloc.a (the library inside the executable);
+#   3. installed: make install PREFIX=$tmp, then cc prog.c $(pkg-config --cflags --libs cmalloc)
+#                 with PKG_CONFIG_PATH=$tmp/lib/pkgconfig, run with LD_LIBRARY_PATH=$tmp/lib.
+# Each time the program checks from the inside that
+#   - cmalloc_stats_get() sees bytes_in_use grow by 1 MiB after malloc(1 MiB), and shrink after
+#     free (its malloc is cmalloc's, not only its header);
+#   - an allocation made inside libc (strdup of a 1 MiB string) is counted by cmalloc and can be
+#     freed by free() (libc's internal calls reach cmalloc too);
+#   - malloc, as the dynamic linker resolves it (dlsym(RTLD_DEFAULT)) and as the program's own
+#     &malloc, lies in the expected object (dladdr): libcmalloc.so.0 from the expected directory,
+#     or the executable itself when linked statically.
+# The dynamic executable must also record libcmalloc.so.0 (the soname) as NEEDED.
+set -u
+
+top=$(pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cmalloc-link.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+CC=${CC:-cc}
+MAKE=${MAKE:-make}
+
+failures=0
+failed_names=""
+fail() {
+    echo "  FAIL: $*"
+    failures=$((failures + 1))
+    failed_names="$failed_names
+  $*"
+}
+
+for f in build/libcmalloc.so build/libcmalloc.a include/cmalloc.h; do
+    if [ ! -f "$f" ]; then
+        echo "test_link: $f is missing (run make first)"
+        exit 1
+    fi
+done
+
+cat >"$tmp/prog.c" <<'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmalloc.h>
+
+#define MiB (1024u * 1024u)
+
+static int failed;
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            printf("prog: check failed: %s: ", #cond);                                       \
+            printf(__VA_ARGS__);                                                              \
+            printf("\n");                                                                     \
+            failed = 1;                                                                       \
+        }                                                                                     \
+    } while (0)
+
+static size_t in_use(void)
+{
+    cmalloc_stats s;
+    memset(&s, 0, sizeof s);
+    if (cmalloc_stats_get(&s) != 0)
+        printf("prog: cmalloc_stats_get failed\n");
+    return s.bytes_in_use;
+}
+
+/* Where does the code at address live? */
+static const char *object_of(void *address, void **base)
+{
+    Dl_info info;
+    memset(&info, 0, sizeof info);
+    if (dladdr(address, &info) == 0 || info.dli_fname == NULL)
+        return "?";
+    *base = info.dli_fbase;
+    return info.dli_fname;
+}
+
+/* argv[1]: "static", or the directory libcmalloc.so.0 must be loaded from. */
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        printf("usage: prog static|DIR\n");
+        return 2;
+    }
+    size_t before = in_use();
+    char *volatile p = malloc(MiB);
+    CHECK(p != NULL, "malloc(1 MiB) failed");
+    memset(p, 1, MiB);
+    size_t during = in_use();
+    CHECK(during >= before + MiB, "bytes_in_use %zu -> %zu after malloc(1 MiB)", before, during);
+    free(p);
+    size_t after = in_use();
+    CHECK(after + MiB <= during, "bytes_in_use %zu -> %zu after free(1 MiB)", during, after);
+
+    /* libc allocates internally through the same malloc. */
+    char *text = malloc(MiB + 1);
+    memset(text, 'a', MiB);
+    text[MiB] = '\0';
+    before = in_use();
+    char *volatile copy = strdup(text);
+    during = in_use();
+    CHECK(copy != NULL && strlen(copy) == MiB, "strdup failed");
+    CHECK(during >= before + MiB, "strdup(1 MiB) inside libc not counted by cmalloc: %zu -> %zu",
+          before, during);
+    free(copy);
+    free(text);
+
+    void *main_base = NULL, *resolved_base = NULL, *own_base = NULL;
+    object_of((void *)main, &main_base);
+    const char *resolved = object_of(dlsym(RTLD_DEFAULT, "malloc"), &resolved_base);
+    void *(*volatile own)(size_t) = malloc;
+    const char *own_file = object_of((void *)own, &own_base);
+    if (strcmp(argv[1], "static") == 0) {
+        CHECK(resolved_base == main_base,
+              "dlsym(RTLD_DEFAULT, \"malloc\") is in %s, not in the executable", resolved);
+        CHECK(own_base == main_base, "&malloc is in %s, not in the executable", own_file);
+    } else {
+        char want[4096];
+        snprintf(want, sizeof want, "%s/libcmalloc.so.0", argv[1]);
+        CHECK(strcmp(resolved, want) == 0, "dlsym(RTLD_DEFAULT, \"malloc\") is in %s, not %s",
+              resolved, want);
+        CHECK(strcmp(own_file, want) == 0, "&malloc is in %s, not %s", own_file, want);
+    }
+    if (!failed)
+        printf("prog: malloc from %s\n", strcmp(argv[1], "static") == 0 ? "the executable"
+                                                                          : resolved);
+    return failed;
+}
+EOF
+
+# run_prog LABEL ARG [env assignments...] EXECUTABLE: runs it, reports.
+run_prog() {
+    label=$1
+    shift
+    if out=$(env "$@" 2>&1); then
+        echo "  ok: $out"
+    else
+        fail "$label: the program says:
+$out"
+    fi
+}
+
+echo "-- dynamic: -Iinclude -Lbuild -lcmalloc"
+if $CC -std=gnu11 -Wall -Iinclude "$tmp/prog.c" -o "$tmp/prog-dynamic" -Lbuild -lcmalloc -ldl \
+    2>"$tmp/cc.err"; then
+    if command -v readelf >/dev/null 2>&1; then
+        if readelf -d "$tmp/prog-dynamic" | grep NEEDED | grep -q 'libcmalloc\.so\.0'; then
+            echo "  ok: NEEDED libcmalloc.so.0"
+        else
+            fail "dynamic: the executable does not need libcmalloc.so.0 (soname):
+$(readelf -d "$tmp/prog-dynamic" | grep NEEDED)"
+        fi
+    fi
+    run_prog dynamic LD_LIBRARY_PATH="$top/build" "$tmp/prog-dynamic" "$top/build"
+else
+    fail "dynamic: cannot build with -Lbuild -lcmalloc:
+$(sed -n '1,10p' "$tmp/cc.err")"
+fi
+
+echo "-- static: build/libcmalloc.a"
+if $CC -std=gnu11 -Wall -Iinclude "$tmp/prog.c" -o "$tmp/prog-static" build/libcmalloc.a -ldl \
+    -pthread 2>"$tmp/cc.err"; then
+    run_prog static "$tmp/prog-static" static
+else
+    fail "static: cannot build with build/libcmalloc.a:
+$(sed -n '1,10p' "$tmp/cc.err")"
+fi
+
+echo "-- installed: make install PREFIX=\$tmp, pkg-config --cflags --libs cmalloc"
+prefix="$tmp/prefix"
+if ! $MAKE -s install PREFIX="$prefix" >"$tmp/install.log" 2>&1; then
+    fail "make install PREFIX=$prefix failed:
+$(tail -n 10 "$tmp/install.log")"
+else
+    for f in lib/libcmalloc.so lib/libcmalloc.so.0 lib/libcmalloc.a include/cmalloc.h \
+        lib/pkgconfig/cmalloc.pc; do
+        [ -e "$prefix/$f" ] || fail "installed: $f is missing under PREFIX"
+    done
+    if ! command -v pkg-config >/dev/null 2>&1; then
+        fail "installed: pkg-config is not installed (scripts/deps.sh installs it)"
+    else
+        export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+        if flags=$(pkg-config --cflags --libs cmalloc 2>&1); then
+            echo "  pkg-config: $flags"
+            header_version=$(sed -n 's/^#define CMALLOC_VERSION "\(.*\)"/\1/p' include/cmalloc.h)
+            pc_version=$(pkg-config --modversion cmalloc)
+            [ "$pc_version" = "$header_version" ] ||
+                fail "installed: cmalloc.pc says version $pc_version, cmalloc.h $header_version"
+            # Built outside the source tree, so only the installed header and library can be found.
+            if (cd "$tmp" && $CC -std=gnu11 -Wall prog.c -o prog-installed $flags -ldl) \
+                2>"$tmp/cc.err"; then
+                run_prog installed LD_LIBRARY_PATH="$prefix/lib" "$tmp/prog-installed" "$prefix/lib"
+            else
+                fail "installed: cannot build with \$(pkg-config --cflags --libs cmalloc):
+$(sed -n '1,10p' "$tmp/cc.err")"
+            fi
+        else
+            fail "installed: pkg-config --cflags --libs cmalloc: $flags"
+        fi
+    fi
+fi
+
+if [ "$failures" -ne 0 ]; then
+    echo "test_link: FAIL:$failed_names"
+    exit 1
+fi
+echo "test_link: all passed"
