@@ -54,6 +54,16 @@ void cm_report_bad_pointer(const char *caller, const char *what, const void *p)
         abort();
 }
 
+void cm_report_corrupt_list(const void *object)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: corrupted free list at ");
+    cm_message_hex(&m, (uintptr_t)object);
+    cm_message_str(&m, " (a write to freed memory, or an overflow into it); aborting\n");
+    cm_message_write(&m, 2);
+    abort();
+}
+
 /* ---- MAPPED spans ------------------------------------------------------------------------ */
 static cm_span *map_span(size_t pages, size_t alignment)
 {

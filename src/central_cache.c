@@ -65,7 +65,7 @@ static cm_span *span_new_locked(central *c, unsigned size_class)
 static void span_push_locked(central *c, void *object)
 {
     cm_span *span = cm_pagemap_lookup(object);
-    *(void **)object = span->free_objects;
+    cm_link_set(object, span->free_objects);
     span->free_objects = object;
     span->used--;
     c->objects_out--;
@@ -81,7 +81,7 @@ static void span_push_locked(central *c, void *object)
 static void span_push_list_locked(central *c, void *head)
 {
     while (head != NULL) {
-        void *next = *(void **)head;
+        void *next = cm_link_next_checked(head);
         span_push_locked(c, head);
         head = next;
     }
@@ -109,7 +109,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
         while (n < count) {
             void *object = span->free_objects;
             if (object != NULL) {
-                span->free_objects = *(void **)object;
+                span->free_objects = cm_link_next_checked(object);
             } else if (span->bump < span->limit) {
                 object = span->bump;
                 span->bump += size;
@@ -117,7 +117,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
                 break;
             }
             span->used++;
-            *(void **)object = list;
+            cm_link_set(object, list);
             list = object;
             n++;
         }
@@ -170,7 +170,7 @@ size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects)
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length)
 {
     size_t n = 0;
-    for (void *object = list; object != NULL && n <= expected_length; object = *(void **)object, n++) {
+    for (void *object = list; object != NULL && n <= expected_length; object = cm_link_next(object), n++) {
         cm_span *span = cm_span_of(object);
         if (span == NULL || span->state != CM_SPAN_SMALL || span->size_class != size_class ||
             ((char *)object - (char *)cm_span_start(span)) % cm_classes[size_class].size != 0)
@@ -192,7 +192,7 @@ bool cm_central_valid(void)
         cm_lock_acquire(&c->lock);
         for (cm_span *span = c->spans; span && ok; span = span->next) {
             size_t free_count = 0;
-            for (void *o = span->free_objects; o && free_count <= info->objects; o = *(void **)o)
+            for (void *o = span->free_objects; o && free_count <= info->objects; o = cm_link_next(o))
                 free_count++;
             ok = span->state == CM_SPAN_SMALL && span->size_class == size_class && span->listed &&
                  (span->free_objects || span->bump < span->limit) &&

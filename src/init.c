@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 volatile int cm_initialized;
+uintptr_t cm_list_key;
 static _Atomic int init_started;
 
 static void fork_prepare(void)
@@ -44,6 +45,7 @@ void cm_init(void)
             cm_os_yield();
         return;
     }
+    cm_list_key = cm_os_random();
     cm_options_init(environ);
     cm_size_class_init();
     cm_thread_cache_init();

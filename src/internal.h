@@ -27,6 +27,7 @@ void cm_os_release(void *address, size_t size);
 bool cm_os_resize(void *address, size_t old_size, size_t new_size);
 bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t new_size);
 uint64_t cm_os_now_ms(void);
+uintptr_t cm_os_random(void);
 void cm_os_yield(void);
 void cm_os_write(int fd, const char *text, size_t length);
 size_t cm_os_mapped_bytes(void);
@@ -150,10 +151,35 @@ bool cm_heap_check(void);
 extern volatile int cm_initialized;
 void cm_init(void);
 
+/* ---- free-list links ------------------------------------------------------------------------
+ * A free object's first word links it to the next one, stored as
+ *     next ^ (address of the word) ^ cm_list_key          (key: random per process)
+ * so a use-after-free write or an overflow into a free object cannot point the allocator at
+ * an address of its choosing, and a decoded link that is not 16-byte aligned is reported as
+ * corruption where the list is popped (cm_link_next_checked). Every list of objects (thread
+ * caches, transfer batches, span free lists) uses these two functions and nothing else. */
+extern uintptr_t cm_list_key;
+static inline void cm_link_set(void *object, void *next)
+{
+    *(uintptr_t *)object = (uintptr_t)next ^ (uintptr_t)object ^ cm_list_key;
+}
+static inline void *cm_link_next(const void *object)
+{
+    return (void *)(*(const uintptr_t *)object ^ (uintptr_t)object ^ cm_list_key);
+}
+CM_COLD void cm_report_corrupt_list(const void *object);
+static inline void *cm_link_next_checked(const void *object)
+{
+    void *next = cm_link_next(object);
+    if (CM_UNLIKELY((uintptr_t)next & (CM_ALIGNMENT - 1)))
+        cm_report_corrupt_list(object);
+    return next;
+}
+
 /* ---- fast paths ----------------------------------------------------------------------------
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
  * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test, a table read, a pop. free: a pagemap read, a push,
+ * with no extra test. malloc: a size test, a table read, a pop (with a link check). free: a pagemap read, a push,
  * and a budget test.
  */
 static inline void *cm_alloc(size_t size)
@@ -164,7 +190,7 @@ static inline void *cm_alloc(size_t size)
         cm_free_list *list = &cache->lists[size_class];
         void *object = list->head;
         if (CM_LIKELY(object != NULL)) {
-            list->head = *(void **)object;
+            list->head = cm_link_next_checked(object);
             list->length--;
             cache->size -= cm_classes[size_class].size;
             return object;
@@ -181,7 +207,7 @@ static inline void cm_free(void *p)
         unsigned size_class = span->size_class;
         cm_free_list *list = &cache->lists[size_class];
         if (CM_LIKELY(list->length < list->max_length && p != list->head)) {
-            *(void **)p = list->head;
+            cm_link_set(p, list->head);
             list->head = p;
             list->length++;
             cache->size += cm_classes[size_class].size;

@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,6 +100,18 @@ bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t ne
 void cm_os_yield(void)
 {
     sched_yield();
+}
+
+/* A random word for keys; falls back to address and clock entropy without getrandom. */
+uintptr_t cm_os_random(void)
+{
+    uintptr_t value = 0;
+    if (getrandom(&value, sizeof value, GRND_NONBLOCK) == (ssize_t)sizeof value)
+        return value;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    value = (uintptr_t)&now ^ ((uintptr_t)now.tv_nsec << 32) ^ (uintptr_t)now.tv_sec;
+    return value * 0x9e3779b97f4a7c15ull;
 }
 
 uint64_t cm_os_now_ms(void)

@@ -67,9 +67,9 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
         uint32_t n = count < batch ? count : batch;
         void *head = list->head, *last = head;
         for (uint32_t i = 1; i < n; i++)
-            last = *(void **)last;
-        list->head = *(void **)last;
-        *(void **)last = NULL;
+            last = cm_link_next_checked(last);
+        list->head = cm_link_next_checked(last);
+        cm_link_set(last, NULL);
         cm_central_flush(size_class, head, n);
         count -= n;
     }
@@ -170,7 +170,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     if (cache == NULL) { /* exiting thread: one object straight from the central cache */
         unsigned n = cm_central_fill(size_class, 1, &head);
         if (n > 1)
-            cm_central_flush(size_class, *(void **)head, n - 1);
+            cm_central_flush(size_class, cm_link_next_checked(head), n - 1);
         return n ? head : NULL;
     }
     cm_free_list *list = &cache->lists[size_class];
@@ -191,7 +191,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         cache->size += (size_t)n * cm_classes[size_class].size;
     }
     void *object = list->head;
-    list->head = *(void **)object;
+    list->head = cm_link_next_checked(object);
     list->length--;
     cache->size -= cm_classes[size_class].size;
     if (cache->size > cache->max_size)
@@ -204,12 +204,12 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
 {
     cm_thread_cache *cache = cache_for_thread();
     if (cache == NULL) {
-        *(void **)object = NULL;
+        cm_link_set(object, NULL);
         cm_central_flush(size_class, object, 1);
         return;
     }
     cm_free_list *list = &cache->lists[size_class];
-    *(void **)object = list->head;
+    cm_link_set(object, list->head);
     list->head = object;
     list->length++;
     cache->size += cm_classes[size_class].size;

@@ -17,7 +17,7 @@ static unsigned test_class(void)
 static unsigned list_length(void *head)
 {
     unsigned n = 0;
-    for (; head; head = *(void **)head)
+    for (; head; head = cm_link_next(head))
         n++;
     return n;
 }
@@ -33,13 +33,13 @@ static void fill_hands_out_distinct_objects(void **state)
     assert_int_equal(n, 7);
     assert_int_equal(list_length(head), n);
     assert_int_equal(cm_central_objects_out(c, &cached), before + n);
-    for (void *a = head; a; a = *(void **)a) {
+    for (void *a = head; a; a = cm_link_next(a)) {
         cm_span *span = cm_span_of(a);
         assert_non_null(span);
         assert_int_equal(span->state, CM_SPAN_SMALL);
         assert_int_equal(span->size_class, c);
         assert_int_equal(((char *)a - (char *)cm_span_start(span)) % cm_classes[c].size, 0);
-        for (void *b = *(void **)a; b; b = *(void **)b)
+        for (void *b = cm_link_next(a); b; b = cm_link_next(b))
             assert_ptr_not_equal(a, b);
     }
     cm_central_flush(c, head, n);
