@@ -29,6 +29,8 @@ bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t ne
 uint64_t cm_os_now_ms(void);
 uintptr_t cm_os_random(void);
 void cm_os_yield(void);
+void cm_os_sleep_ms(uint64_t ms);
+bool cm_os_start_thread(void *(*body)(void *));
 void cm_os_write(int fd, const char *text, size_t length);
 size_t cm_os_mapped_bytes(void);
 void cm_lock_acquire(cm_lock *lock);
@@ -49,6 +51,7 @@ typedef struct cm_options {
     size_t thread_cache_max;    /* budget of one thread's cache */
     size_t thread_cache_total;  /* budget of all thread caches together */
     int64_t release_delay_ms;   /* free spans idle this long go back to the OS; -1 never */
+    size_t background_release;  /* a helper thread releases idle spans with no allocator call */
     size_t stats_at_exit;       /* print the stats report to stderr at exit */
     size_t abort_on_error;      /* abort after reporting a bad free (else leak it, go on) */
 } cm_options;

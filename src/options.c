@@ -27,6 +27,8 @@ static const option_entry options[] = {
      "most bytes all thread caches together may hold"},
     {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, 1, 1000,
      "free pages idle this long are returned to the OS (0: at once, -1: never)"},
+    {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 0,
+     "1: a helper thread returns idle free pages even when the program makes no calls"},
     {"STATS", &cm_option.stats_at_exit, 0, 0, "1: print the stats report to stderr at exit"},
     {"ABORT_ON_ERROR", &cm_option.abort_on_error, 0, 1,
      "1: abort after reporting an invalid or double free; 0: leak the pointer and go on"},

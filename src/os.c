@@ -1,6 +1,6 @@
 /* os.c - the one file that talks to the kernel: virtual memory, time, output, locks.
  *
- * Owns: the count of bytes mapped from the OS. Called by every layer; holds no lock and takes
+ * Owns: the count of bytes mapped from the OS, and the helper-thread primitive. Called by every layer; holds no lock and takes
  * none. Everything here is async-signal-unsafe-free of malloc: no stdio, no getenv, no dlsym.
  * Mappings are aligned to at least one cmalloc page (8 KiB) because the pagemap works in
  * 8 KiB pages and the kernel only promises 4 KiB.
@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -95,6 +96,31 @@ bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t ne
         return false;
     atomic_fetch_sub_explicit(&mapped_bytes, old_size, memory_order_relaxed);
     return true;
+}
+
+/* Starts a detached thread with every signal blocked (so the program's handlers never run
+ * on it). Returns false when the thread cannot be made. */
+bool cm_os_start_thread(void *(*body)(void *))
+{
+    pthread_t thread;
+    pthread_attr_t attributes;
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_attr_init(&attributes);
+    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attributes, 64 << 10);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    int error = pthread_create(&thread, &attributes, body, NULL);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    pthread_attr_destroy(&attributes);
+    return error == 0;
+}
+
+void cm_os_sleep_ms(uint64_t ms)
+{
+    struct timespec delay = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+    while (nanosleep(&delay, &delay) != 0 && errno == EINTR)
+        ;
 }
 
 void cm_os_yield(void)

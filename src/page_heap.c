@@ -11,9 +11,14 @@
  * and last pages map to it and its inner pages map to NULL;
  * free_pages == sum of FREE span lengths, released_pages == sum over FREE spans with released.
  * Release by age: a free span idle for CMALLOC_RELEASE_DELAY_MS is madvised away, checked
- * whenever the heap is entered (no background thread), or at once by cm_page_heap_release.
+ * whenever the heap is entered, or at once by cm_page_heap_release. With
+ * CMALLOC_BACKGROUND_RELEASE=1 a helper thread, started by the first free that leaves
+ * resident free pages (and again in a forked child), also checks every half delay, so an idle
+ * program gives memory back without calling the allocator.
  */
 #include "internal.h"
+
+#include <stdatomic.h>
 
 #define GROW_MIN_PAGES ((size_t)(2 << 20) >> CM_PAGE_SHIFT)
 
@@ -25,6 +30,7 @@ static size_t released_pages;      /* in FREE spans given back to the OS */
 static size_t large_pages;         /* in LARGE spans (allocations above the largest class) */
 static size_t large_count;         /* LARGE spans */
 static uint64_t last_release_scan_ms;
+static _Atomic int background_started;
 
 static cm_span **list_for(size_t pages)
 {
@@ -225,6 +231,27 @@ cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_clas
     return span;
 }
 
+static void *background_release(void *unused)
+{
+    (void)unused;
+    for (;;) {
+        uint64_t delay = (uint64_t)cm_option.release_delay_ms;
+        cm_os_sleep_ms(delay / 2 > 10 ? delay / 2 : 10);
+        cm_page_heap_release(false);
+    }
+    return NULL;
+}
+
+static void start_background_release(void)
+{
+    if (!cm_option.background_release || cm_option.release_delay_ms < 0 ||
+        atomic_load_explicit(&background_started, memory_order_relaxed) ||
+        atomic_exchange(&background_started, 1))
+        return;
+    if (!cm_os_start_thread(background_release))
+        atomic_store(&background_started, 0);
+}
+
 /* Takes back a LARGE span, or a SMALL span whose objects are all free. */
 void cm_page_heap_free(cm_span *span)
 {
@@ -241,7 +268,10 @@ void cm_page_heap_free(cm_span *span)
     span->free_since_ms = cm_os_now_ms();
     insert_coalesced(span);
     maybe_release_locked();
+    bool resident_free = free_pages > released_pages;
     cm_lock_release(&heap_lock);
+    if (resident_free)
+        start_background_release(); /* outside the lock: thread creation allocates */
 }
 
 /* Gives idle free spans back to the OS (all of them when everything). Returns bytes. */
@@ -289,4 +319,6 @@ bool cm_page_heap_valid(void)
 void cm_page_heap_fork(int phase)
 {
     cm_lock_fork(&heap_lock, phase);
+    if (phase == CM_FORK_CHILD)
+        atomic_store(&background_started, 0); /* the helper thread did not survive */
 }
