@@ -12,9 +12,15 @@
  *                             the main thread, then exiting: memory held after 5000 is not more
  *                             than after 1000 (generous bound), and no thread cache outlives
  *                             its thread.
+ *   test_malloc_in_thread_exit_destructors  a pthread key destructor that runs after the
+ *                             allocator's own (3 rounds per thread, 400 threads) frees the
+ *                             thread's block, mallocs and frees: it works, and neither
+ *                             memory nor thread caches leak.
  *   test_fork_while_allocating 200 forks while 2 threads allocate: every child mallocs, frees,
- *                             even starts a thread, and _exits; a child that deadlocks is
- *                             killed by its alarm and fails the test instead of hanging it.
+ *                             frees a block of the parent, sometimes starts a thread or forks
+ *                             a grandchild, and _exits; some forks are made from a thread other
+ *                             than the main one; a child that deadlocks is killed by its alarm
+ *                             and fails the test instead of hanging it.
  *
  * The seed is printed; set TEST_SEED to repeat a run, TEST_FILTER (a cmocka
  * glob such as "*fork*") to run some tests only. Runtime: a few seconds on two cores.
@@ -377,6 +383,8 @@ static void *producer(void *argp)
     for (int k = 0; k < PER_PRODUCER; k++) {
         uint64_t r = rng_next(&rng);
         size_t size = (r & 0xff) < 250 ? (size_t)((r >> 8) % 1024) : (size_t)((r >> 8) % 65536);
+        if ((r >> 40) % 1024 == 0) /* now and then a large object, freed by another thread too */
+            size = 256 * KiB + (size_t)((r >> 8) % (2 * MiB));
         void *p = malloc(size);
         if (p == NULL) {
             worker_error("producer %d: malloc(%zu) returned NULL", arg->index, size);
@@ -436,6 +444,7 @@ static void test_cross_thread_free(void **state)
     atomic_store(&worker_errors, 0);
     cmalloc_stats start = stats_now();
     size_t mapped_after_first = 0;
+    size_t rss_start = rss_bytes();
     for (unsigned round = 0; round < ROUNDS; round++) {
         pthread_t p[PRODUCERS], c[CONSUMERS];
         struct pc_arg pa[PRODUCERS], ca[CONSUMERS];
@@ -464,6 +473,17 @@ static void test_cross_thread_free(void **state)
                      "threads is not reused",
                      round, s.bytes_mapped, mapped_after_first);
     }
+    /* Everything is freed and the threads are gone: malloc_trim(0) gives it back to the OS. */
+    malloc_trim(0);
+    cmalloc_stats trimmed = stats_now();
+    size_t rss_trimmed = rss_bytes();
+    print_message("  after malloc_trim(0): rss %zu (%zu at the start), bytes_mapped %zu, "
+                  "released %zu\n",
+                  rss_trimmed, rss_start, trimmed.bytes_mapped, trimmed.bytes_released);
+    if (rss_trimmed > rss_start + 16 * MiB)
+        fail_msg("RSS %zu MiB after the producer/consumer rounds and malloc_trim(0), %zu MiB "
+                 "before them: freed memory is not returned to the OS",
+                 rss_trimmed >> 20, rss_start >> 20);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -566,6 +586,98 @@ static void test_short_lived_threads(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Allocation in other libraries' thread-exit destructors, after the allocator's own ran. */
+
+enum { EXIT_THREADS = 400, EXIT_ROUNDS = 3 };
+
+static pthread_key_t late_key;
+static atomic_int late_destructor_runs;
+
+/* Runs at thread exit, in key order after a key created before it (cmalloc's, created on the
+ * first malloc), and again (up to PTHREAD_DESTRUCTOR_ITERATIONS) while it sets a new value. */
+static void late_destructor(void *value)
+{
+    uintptr_t *block = value;
+    uintptr_t round = block[0];
+    if (!tag_check(block + 1, 200, round))
+        worker_error("thread-exit destructor: the thread's block was corrupted");
+    free(block);
+    void *p[16];
+    for (int i = 0; i < 16; i++) {
+        p[i] = malloc((size_t)(i + 1) * 100);
+        if (p[i] == NULL) {
+            worker_error("malloc in a thread-exit destructor returned NULL");
+            return;
+        }
+        tag_fill(p[i], (size_t)(i + 1) * 100, round + (uintptr_t)i);
+    }
+    for (int i = 0; i < 16; i++) {
+        if (!tag_check(p[i], (size_t)(i + 1) * 100, round + (uintptr_t)i))
+            worker_error("object allocated in a thread-exit destructor corrupted");
+        free(p[i]);
+    }
+    atomic_fetch_add(&late_destructor_runs, 1);
+    if (round + 1 < EXIT_ROUNDS) { /* ask for one more destructor round, with a new block */
+        uintptr_t *next = malloc(sizeof(uintptr_t) + 200);
+        if (next == NULL) {
+            worker_error("malloc in a thread-exit destructor returned NULL");
+            return;
+        }
+        next[0] = round + 1;
+        tag_fill(next + 1, 200, round + 1);
+        pthread_setspecific(late_key, next);
+    }
+}
+
+static void *late_worker(void *argp)
+{
+    (void)argp;
+    void *first = malloc(64); /* the allocator sets up this thread's cache (and its key) */
+    free(first);
+    uintptr_t *block = malloc(sizeof(uintptr_t) + 200);
+    if (block == NULL) {
+        worker_error("malloc returned NULL");
+        return NULL;
+    }
+    block[0] = 0;
+    tag_fill(block + 1, 200, 0);
+    pthread_setspecific(late_key, block);
+    return NULL;
+}
+
+static void test_malloc_in_thread_exit_destructors(void **state)
+{
+    (void)state;
+    atomic_store(&worker_errors, 0);
+    atomic_store(&late_destructor_runs, 0);
+    /* Our key is created after the allocator's (the allocator is initialized by now). */
+    free(malloc(1));
+    assert_int_equal(pthread_key_create(&late_key, late_destructor), 0);
+    cmalloc_stats before = stats_now();
+    pthread_t t[8];
+    for (int done = 0; done < EXIT_THREADS; done += 8) {
+        start_threads(t, 8, late_worker, NULL, 0);
+        join_threads(t, 8);
+    }
+    expect_no_worker_errors();
+    cmalloc_stats after = stats_now();
+    pthread_key_delete(late_key);
+    int runs = atomic_load(&late_destructor_runs);
+    print_message("  %d destructor runs; bytes_in_use %zu -> %zu, live thread caches %zu\n",
+                  runs, before.bytes_in_use, after.bytes_in_use, after.thread_caches);
+    if (runs != EXIT_THREADS * EXIT_ROUNDS)
+        fail_msg("%d destructor runs, expected %d", runs, EXIT_THREADS * EXIT_ROUNDS);
+    if (after.bytes_in_use > before.bytes_in_use + 1 * MiB)
+        fail_msg("bytes_in_use %zu -> %zu: what thread-exit destructors freed is not freed",
+                 before.bytes_in_use, after.bytes_in_use);
+    /* A cache made again by a malloc after the allocator's own destructor must not leak. */
+    if (after.thread_caches > before.thread_caches + 8)
+        fail_msg("live thread caches %zu -> %zu after %d threads exited: caches leak when "
+                 "destructors allocate at thread exit",
+                 before.thread_caches, after.thread_caches, EXIT_THREADS);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* fork() while other threads allocate. */
 
 enum { FORKS = 200, BUSY_THREADS = 2 };
@@ -632,6 +744,24 @@ static void child_body(int iteration, void *from_parent, size_t parent_size)
     if (!tag_check(from_parent, parent_size, 0x42))
         _exit(1);
     free(from_parent);
+    if (iteration % 10 == 5) { /* the child forks again: the grandchild allocates too */
+        pid_t grandchild = fork();
+        if (grandchild < 0)
+            _exit(1);
+        if (grandchild == 0) {
+            alarm(10);
+            void *g = malloc(3000);
+            if (g == NULL)
+                _exit(1);
+            memset(g, 3, 3000);
+            free(g);
+            _exit(0);
+        }
+        int status = 0;
+        if (waitpid(grandchild, &status, 0) != grandchild || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0)
+            _exit(1);
+    }
     if (iteration % 4 == 0) {
         pthread_t t;
         void *result = NULL;
@@ -642,6 +772,32 @@ static void child_body(int iteration, void *from_parent, size_t parent_size)
             _exit(1);
     }
     _exit(0);
+}
+
+struct fork_job {
+    int iteration;
+    void *from_parent;
+    size_t parent_size;
+    pid_t pid;
+};
+
+static void child_reset_alarm(void)
+{
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL; /* the child's alarm kills it */
+    sigaction(SIGALRM, &dfl, NULL);
+}
+
+static void *fork_from_thread(void *argp)
+{
+    struct fork_job *job = argp;
+    job->pid = fork();
+    if (job->pid == 0) {
+        child_reset_alarm();
+        child_body(job->iteration, job->from_parent, job->parent_size);
+    }
+    return NULL;
 }
 
 static void parent_timeout(int sig)
@@ -672,14 +828,21 @@ static void test_fork_while_allocating(void **state)
         void *from_parent = malloc(parent_size);
         assert_non_null(from_parent);
         tag_fill(from_parent, parent_size, 0x42);
-        pid_t pid = fork();
+        pid_t pid;
+        if (f % 10 == 3) { /* fork from a thread other than the main one */
+            pthread_t forker;
+            struct fork_job job = {f, from_parent, parent_size, -1};
+            if (pthread_create(&forker, NULL, fork_from_thread, &job) != 0)
+                fail_msg("pthread_create failed");
+            pthread_join(forker, NULL);
+            pid = job.pid;
+        } else {
+            pid = fork();
+        }
         if (pid < 0)
             fail_msg("fork #%d: %s", f, strerror(errno));
         if (pid == 0) {
-            struct sigaction dfl;
-            memset(&dfl, 0, sizeof dfl);
-            dfl.sa_handler = SIG_DFL; /* the child's alarm kills it */
-            sigaction(SIGALRM, &dfl, NULL);
+            child_reset_alarm();
             child_body(f, from_parent, parent_size);
         }
         free(from_parent);
@@ -725,6 +888,7 @@ int main(void)
         cmocka_unit_test(test_random_threads),
         cmocka_unit_test(test_cross_thread_free),
         cmocka_unit_test(test_short_lived_threads),
+        cmocka_unit_test(test_malloc_in_thread_exit_destructors),
         cmocka_unit_test(test_fork_while_allocating),
     };
     return cmocka_run_group_tests_name("threads", tests, NULL, NULL);
