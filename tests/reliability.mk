@@ -9,7 +9,9 @@
 
 .PHONY: reliability-pending
 
-reliability-pending: build/tests/test_errors
+reliability-pending: all build/tests/test_errors build/tests/test_oom
 	@status=0; \
 	echo "== build/tests/test_errors --pending"; build/tests/test_errors --pending || status=1; \
+	echo "== build/tests/test_oom --pending"; build/tests/test_oom --pending || status=1; \
+	echo "== sh tests/test_oom_cxx.sh --pending"; sh tests/test_oom_cxx.sh --pending || status=1; \
 	exit $$status
