@@ -1,0 +1,343 @@
+/* test_release.c - memory goes back to the OS, black box (RSS from /proc/self/statm).
+ *
+ * Linked with build/libcmalloc.a by the Makefile, so cmalloc serves every call here.
+ *
+ *   test_trim_returns_memory    512 MiB in 64-byte, 4 KiB, 2 MiB and 32 MiB objects, every page
+ *                               touched; all freed; after malloc_trim(0) the resident set is
+ *                               below 10% of its peak.
+ *   test_idle_release           the same in a re-executed copy of this binary with
+ *                               CMALLOC_RELEASE_DELAY_MS=100 (options are read once, at the
+ *                               allocator's start): all freed, sleep 400 ms, then one malloc/free
+ *                               of 1 MiB; the resident set is below 25% of its peak. The extra
+ *                               call is needed today: release by age happens when the page heap
+ *                               is next entered (an allocation or free that reaches it), there
+ *                               is no background thread, and a small malloc/free is served by
+ *                               the thread cache without entering the page heap.
+ *   test_thread_churn           up to 100,000 short-lived threads (4 at a time; stops after 10 s
+ *                               and prints how many ran), each allocating and freeing a mix of
+ *                               sizes and handing one block to the next thread: at the end the
+ *                               process maps no more than after the first 1000 threads plus
+ *                               8 MiB, its RSS grew by less than 16 MiB, and only the main
+ *                               thread's cache is alive.
+ *
+ * Pending (`build/tests/test_release --pending`, in `make reliability-pending`): idle release
+ * with no allocator call at all after the frees (issue 5: "below 25% of the peak after idle
+ * release without any call") fails until release has a background thread or timer.
+ *
+ * Sizes: TEST_RELEASE_MIB (default 512; the issue says 1024) sets the total. Runtime: about
+ * 2-4 s for the first two on two cores (page faults dominate), up to 10 s for the churn.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "cmalloc.h"
+
+bool cm_heap_check(void); /* src/internal.h: hidden in the .so, linkable from the .a */
+
+#define KiB ((size_t)1024)
+#define MiB (KiB * 1024)
+
+extern char **environ;
+
+static size_t resident_bytes(void)
+{
+    char text[128] = {0};
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        return 0;
+    unsigned long size = 0, resident = 0;
+    if (fgets(text, sizeof text, f) == NULL || sscanf(text, "%lu %lu", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static size_t total_bytes(void)
+{
+    const char *s = getenv("TEST_RELEASE_MIB");
+    size_t mib = s ? strtoull(s, NULL, 10) : 512;
+    return (mib >= 64 ? mib : 64) * MiB;
+}
+
+/* ---- allocating and freeing a quarter of the total in each kind ---------------------------- */
+
+/* Objects of one size linked through their first word, every page written (resident). */
+typedef struct chain {
+    size_t size, count;
+    void *head;
+} chain;
+
+static bool build_chain(chain *c, size_t size, size_t bytes)
+{
+    c->size = size;
+    c->count = 0;
+    c->head = NULL;
+    for (size_t done = 0; done < bytes; done += size) {
+        char *p = malloc(size);
+        if (p == NULL)
+            return false;
+        for (size_t offset = 4096; offset < size; offset += 4096)
+            p[offset] = 1; /* fault every page in */
+        p[size - 1] = 2;
+        *(void **)p = c->head;
+        c->head = p;
+        c->count++;
+    }
+    return true;
+}
+
+static void free_chain(chain *c)
+{
+    while (c->head) {
+        void *next = *(void **)c->head;
+        free(c->head);
+        c->head = next;
+    }
+}
+
+enum { KINDS = 4 };
+static const size_t kind_sizes[KINDS] = {64, 4 * KiB, 2 * MiB, 32 * MiB};
+
+/* Allocates total_bytes() in the four kinds; returns the peak RSS, 0 on failure. */
+static size_t allocate_all(chain chains[KINDS])
+{
+    size_t quarter = total_bytes() / KINDS;
+    for (int k = 0; k < KINDS; k++)
+        if (!build_chain(&chains[k], kind_sizes[k], quarter))
+            return 0;
+    return resident_bytes();
+}
+
+static void free_all(chain chains[KINDS])
+{
+    for (int k = 0; k < KINDS; k++)
+        free_chain(&chains[k]);
+}
+
+/* ---- malloc_trim ------------------------------------------------------------------------ */
+
+static void test_trim_returns_memory(void **state)
+{
+    (void)state;
+    chain chains[KINDS];
+    double start = now_seconds();
+    size_t before = resident_bytes();
+    size_t peak = allocate_all(chains);
+    assert_true(peak != 0);
+    free_all(chains);
+    size_t after_free = resident_bytes();
+    malloc_trim(0);
+    size_t after_trim = resident_bytes();
+    printf("trim: rss before %zu KiB, peak %zu KiB, after free %zu KiB, after malloc_trim(0) "
+           "%zu KiB (%.1f%% of peak), %.2f s\n",
+           before / KiB, peak / KiB, after_free / KiB, after_trim / KiB,
+           100.0 * (double)after_trim / (double)peak, now_seconds() - start);
+    assert_true(cm_heap_check());
+    if (after_trim * 10 >= peak)
+        fail_msg("after malloc_trim(0) RSS is %zu KiB, not below 10%% of the peak %zu KiB",
+                 after_trim / KiB, peak / KiB);
+}
+
+/* ---- release by age (runs in a re-executed child) ------------------------------------------ */
+
+/* mode "call": sleep past the delay, then one 1 MiB malloc/free; mode "none": only sleep. */
+static int idle_child_main(const char *mode)
+{
+    chain chains[KINDS];
+    size_t peak = allocate_all(chains);
+    if (peak == 0) {
+        printf("idle: allocation failed\n");
+        return 1;
+    }
+    free_all(chains);
+    size_t after_free = resident_bytes();
+    usleep(400 * 1000); /* CMALLOC_RELEASE_DELAY_MS=100 in our environment */
+    if (strcmp(mode, "call") == 0) {
+        /* Enters the page heap (a 1 MiB block is a page-heap span), which releases by age. */
+        void *p = malloc(1 * MiB);
+        ((volatile char *)p)[0] = 1;
+        free(p);
+    }
+    size_t after_idle = resident_bytes();
+    bool ok = after_idle * 4 < peak;
+    printf("idle (%s): rss peak %zu KiB, after free %zu KiB, after 400 ms idle%s %zu KiB "
+           "(%.1f%% of peak): %s\n",
+           mode, peak / KiB, after_free / KiB,
+           strcmp(mode, "call") == 0 ? " and one 1 MiB malloc/free" : " (no call)",
+           after_idle / KiB, 100.0 * (double)after_idle / (double)peak,
+           ok ? "below 25%" : "NOT below 25%");
+    return ok ? 0 : 1;
+}
+
+/* Re-executes this binary with --idle-child mode and the delay option; returns its status. */
+static int run_idle_child(const char *mode, char *output, size_t capacity)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        static char *env[512];
+        int n = 0;
+        env[n++] = "CMALLOC_RELEASE_DELAY_MS=100";
+        for (char **e = environ; *e && n < 510; e++)
+            if (strncmp(*e, "CMALLOC_RELEASE_DELAY_MS=", 25) != 0)
+                env[n++] = *e;
+        env[n] = NULL;
+        char *args[] = {"test_release", "--idle-child", (char *)mode, NULL};
+        alarm(60);
+        execve("/proc/self/exe", args, env);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t length = 0;
+    ssize_t r;
+    while ((r = read(fds[0], output + length, capacity - 1 - length)) > 0 || (r < 0 && errno == EINTR))
+        if (r > 0)
+            length += (size_t)r;
+    output[length] = '\0';
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return status;
+}
+
+static void test_idle_release(void **state)
+{
+    (void)state;
+    static char output[4096];
+    int status = run_idle_child("call", output, sizeof output);
+    printf("%s", output);
+    if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        fail_msg("idle release: the child failed (status 0x%x)", status);
+}
+
+/* ---- thread churn ------------------------------------------------------------------------ */
+
+static void *handed; /* one block passed from each thread to the next (they run in waves) */
+static pthread_mutex_t handed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *churn_thread(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    void *blocks[12];
+    for (int i = 0; i < 12; i++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t size = i == 11 ? 64 * KiB : 16 + (seed >> 16) % 8000;
+        blocks[i] = malloc(size);
+        if (blocks[i])
+            memset(blocks[i], i, 16);
+    }
+    pthread_mutex_lock(&handed_lock);
+    void *old = handed;
+    handed = blocks[0];
+    pthread_mutex_unlock(&handed_lock);
+    free(old); /* a block another thread made, freed here */
+    for (int i = 1; i < 12; i++)
+        free(blocks[i]);
+    return NULL;
+}
+
+static void test_thread_churn(void **state)
+{
+    (void)state;
+    enum { WAVE = 4, TARGET = 100000, BASELINE = 1000 };
+    const double limit_seconds = 10.0;
+    double start = now_seconds();
+    size_t done = 0, base_mapped = 0, base_rss = 0;
+    cmalloc_stats stats;
+    while (done < TARGET) {
+        pthread_t threads[WAVE];
+        int started = 0;
+        for (int i = 0; i < WAVE; i++) {
+            int e = pthread_create(&threads[i], NULL, churn_thread, (void *)(uintptr_t)(done + i + 1));
+            if (e != 0)
+                fail_msg("pthread_create after %zu threads: %s", done, strerror(e));
+            started++;
+        }
+        for (int i = 0; i < started; i++)
+            pthread_join(threads[i], NULL);
+        done += (size_t)started;
+        if (done == BASELINE) {
+            cmalloc_stats_get(&stats);
+            base_mapped = stats.bytes_mapped;
+            base_rss = resident_bytes();
+        }
+        if (done >= BASELINE && (done % 1000) == 0 && now_seconds() - start > limit_seconds)
+            break;
+    }
+    cmalloc_stats_get(&stats);
+    size_t rss = resident_bytes();
+    printf("thread churn: %zu threads in %.1f s; after %d: mapped %zu KiB, rss %zu KiB; at the "
+           "end: mapped %zu KiB, rss %zu KiB, %zu thread caches alive\n",
+           done, now_seconds() - start, BASELINE, base_mapped / KiB, base_rss / KiB,
+           stats.bytes_mapped / KiB, rss / KiB, stats.thread_caches);
+    if (stats.bytes_mapped > base_mapped + 8 * MiB)
+        fail_msg("mapped grew from %zu KiB after %d threads to %zu KiB after %zu", base_mapped / KiB,
+                 BASELINE, stats.bytes_mapped / KiB, done);
+    if (rss > base_rss + 16 * MiB)
+        fail_msg("RSS grew from %zu KiB after %d threads to %zu KiB after %zu", base_rss / KiB,
+                 BASELINE, rss / KiB, done);
+    assert_true(stats.thread_caches <= 1);
+    free(handed);
+    handed = NULL;
+}
+
+/* ---- pending ------------------------------------------------------------------------------- */
+
+static int pending_main(void)
+{
+    static char output[4096];
+    int status = run_idle_child("none", output, sizeof output);
+    bool ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    printf("%s pending_idle_release_without_a_call\n    %s", ok ? "ok  " : "FAIL", output);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 2 && strcmp(argv[1], "--idle-child") == 0)
+        return idle_child_main(argv[2]);
+    if (argc > 1 && strcmp(argv[1], "--pending") == 0)
+        return pending_main();
+    const char *filter = getenv("TEST_FILTER");
+    if (filter != NULL)
+        cmocka_set_test_filter(filter);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trim_returns_memory),
+        cmocka_unit_test(test_idle_release),
+        cmocka_unit_test(test_thread_churn),
+    };
+    return cmocka_run_group_tests_name("release", tests, NULL, NULL);
+}
