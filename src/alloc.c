@@ -6,8 +6,9 @@
  *   256 KiB < size <= threshold   a LARGE span of whole pages from the page heap (kept and
  *                                 reused when freed, returned to the OS by age)
  *   size > threshold              a MAPPED span: its own mmap, munmap on free, mremap on realloc
- * (threshold = CMALLOC_MMAP_THRESHOLD). Holds no lock of its own; the live MAPPED counters are
- * atomics.
+ * (threshold = CMALLOC_MMAP_THRESHOLD). With CMALLOC_CHECK=1 the entry points here hand over
+ * to check.c, which wraps the *_unchecked functions. Holds no lock of its own; the live MAPPED
+ * counters are atomics.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -110,14 +111,24 @@ static void *alloc_large(size_t size, size_t alignment)
     return span ? cm_span_start(span) : out_of_memory();
 }
 
-void *cm_alloc_slow(size_t size)
+/* An allocation without the debug mode's header, for cm_alloc_slow and check.c. */
+void *cm_alloc_unchecked(size_t size)
 {
-    if (CM_UNLIKELY(!cm_initialized))
-        cm_init();
     if (size > CM_MAX_SMALL)
         return alloc_large(size, CM_PAGE_SIZE);
     void *p = cm_thread_cache_alloc_slow(cm_size_class(size));
     return p ? p : out_of_memory();
+}
+
+void *cm_alloc_slow(size_t size)
+{
+    if (CM_UNLIKELY(!cm_initialized))
+        cm_init();
+    if (CM_UNLIKELY(cm_option.check)) {
+        void *p = cm_check_alloc(size);
+        return p ? p : out_of_memory();
+    }
+    return cm_alloc_unchecked(size);
 }
 
 /* alignment: a power of two. */
@@ -142,33 +153,43 @@ void *cm_alloc_aligned(size_t alignment, size_t size)
 
 /* ---- free ---------------------------------------------------------------------------------- */
 
+/* The span of which p is an object start, or NULL; *problem says why not. */
+static cm_span *object_span(const void *p, const char **problem)
+{
+    cm_span *span = cm_initialized ? cm_span_of(p) : NULL;
+    *problem = "invalid pointer";
+    if (span == NULL)
+        return NULL;
+    size_t offset = (size_t)((const char *)p - (const char *)cm_span_start(span));
+    switch (span->state) {
+    case CM_SPAN_SMALL:
+        return offset % cm_classes[span->size_class].size == 0 ? span : NULL;
+    case CM_SPAN_LARGE:
+    case CM_SPAN_MAPPED:
+        return offset == 0 ? span : NULL;
+    case CM_SPAN_FREE:
+        if (offset == 0)
+            *problem = "double free";
+        return NULL;
+    default:
+        return NULL;
+    }
+}
+
+bool cm_is_object_start(const void *p)
+{
+    const char *problem;
+    return object_span(p, &problem) != NULL;
+}
+
 /* The span of a pointer the program hands back, or NULL after reporting it as bad. */
 static cm_span *checked_span(const void *p, const char *caller)
 {
-    cm_span *span = cm_initialized ? cm_span_of(p) : NULL;
-    const char *problem = "invalid pointer";
-    if (span != NULL) {
-        size_t offset = (size_t)((const char *)p - (const char *)cm_span_start(span));
-        switch (span->state) {
-        case CM_SPAN_SMALL:
-            if (offset % cm_classes[span->size_class].size == 0)
-                return span;
-            break;
-        case CM_SPAN_LARGE:
-        case CM_SPAN_MAPPED:
-            if (offset == 0)
-                return span;
-            break;
-        case CM_SPAN_FREE:
-            if (offset == 0)
-                problem = "double free";
-            break;
-        default:
-            break;
-        }
-    }
-    cm_report_bad_pointer(caller, problem, p);
-    return NULL;
+    const char *problem;
+    cm_span *span = object_span(p, &problem);
+    if (span == NULL)
+        cm_report_bad_pointer(caller, problem, p);
+    return span;
 }
 
 static void free_span_object(void *p, cm_span *span, const char *caller)
@@ -185,13 +206,18 @@ static void free_span_object(void *p, cm_span *span, const char *caller)
     }
 }
 
-void cm_free_slow(void *p, const char *caller)
+void cm_free_unchecked(void *p, const char *caller)
 {
-    if (p == NULL)
-        return;
     cm_span *span = checked_span(p, caller);
     if (span != NULL)
         free_span_object(p, span, caller);
+}
+
+void cm_free_slow(void *p, const char *caller)
+{
+    if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, caller)))
+        return;
+    cm_free_unchecked(p, caller);
 }
 
 static size_t span_usable_size(const cm_span *span)
@@ -200,12 +226,20 @@ static size_t span_usable_size(const cm_span *span)
                                         : span->pages << CM_PAGE_SHIFT;
 }
 
-size_t cm_usable_size(const void *p)
+size_t cm_usable_size_unchecked(const void *p)
 {
-    if (p == NULL)
-        return 0;
     cm_span *span = checked_span(p, "malloc_usable_size");
     return span ? span_usable_size(span) : 0;
+}
+
+size_t cm_usable_size(const void *p)
+{
+    size_t size;
+    if (p == NULL)
+        return 0;
+    if (CM_UNLIKELY(cm_option.check) && cm_check_usable_size(p, &size))
+        return size;
+    return cm_usable_size_unchecked(p);
 }
 
 /* ---- calloc, realloc -------------------------------------------------------------------- */
@@ -257,6 +291,15 @@ void *cm_realloc(void *p, size_t size)
     if (size == 0) {
         cm_free(p);
         return NULL;
+    }
+    if (CM_UNLIKELY(cm_option.check)) { /* always move, so stale pointers hit the quarantine */
+        size_t old = cm_usable_size(p);
+        void *q = cm_alloc(size);
+        if (q != NULL) {
+            memcpy(q, p, size < old ? size : old);
+            cm_free_slow(p, "realloc");
+        }
+        return q;
     }
     cm_span *span = checked_span(p, "realloc");
     if (span == NULL)

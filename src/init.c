@@ -19,6 +19,7 @@ static _Atomic int init_started;
 
 static void fork_prepare(void)
 {
+    cm_check_fork(CM_FORK_PREPARE);
     cm_thread_cache_fork(CM_FORK_PREPARE);
     cm_central_fork(CM_FORK_PREPARE);
     cm_page_heap_fork(CM_FORK_PREPARE);
@@ -33,6 +34,7 @@ static void fork_finish(int phase)
     cm_page_heap_fork(phase);
     cm_central_fork(phase);
     cm_thread_cache_fork(phase);
+    cm_check_fork(phase);
 }
 
 static void fork_parent(void) { fork_finish(CM_FORK_PARENT); }

@@ -3,6 +3,7 @@
  *
  * Lock order (outer first); fork handlers take them in this order too:
  *   thread-cache registry -> central cache[1..n] -> page heap -> pagemap -> metadata
+ * check.c's quarantine lock is never held while taking another; fork takes it first.
  */
 #ifndef CM_INTERNAL_H
 #define CM_INTERNAL_H
@@ -54,6 +55,7 @@ typedef struct cm_options {
     size_t background_release;  /* a helper thread releases idle spans with no allocator call */
     size_t stats_at_exit;       /* print the stats report to stderr at exit */
     size_t abort_on_error;      /* abort after reporting a bad free (else leak it, go on) */
+    size_t check;               /* debug mode: canaries, fill patterns, quarantine (check.c) */
 } cm_options;
 extern cm_options cm_option;
 void cm_options_init(char **environment);
@@ -139,13 +141,23 @@ void cm_thread_cache_fork(int phase);
 
 /* alloc.c: everything past the fast path */
 void *cm_alloc_slow(size_t size);
+void *cm_alloc_unchecked(size_t size);
 void cm_free_slow(void *p, const char *caller);
+void cm_free_unchecked(void *p, const char *caller);
+size_t cm_usable_size_unchecked(const void *p);
+bool cm_is_object_start(const void *p);
 void *cm_alloc_aligned(size_t alignment, size_t size);
 void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);
 size_t cm_usable_size(const void *p);
 size_t cm_mapped_live_bytes(size_t *count);
 CM_COLD void cm_report_bad_pointer(const char *caller, const char *what, const void *p);
+
+/* check.c: the CMALLOC_CHECK=1 debug mode */
+void *cm_check_alloc(size_t size);
+bool cm_check_free(void *p, const char *caller);
+bool cm_check_usable_size(const void *p, size_t *size);
+void cm_check_fork(int phase);
 
 /* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
 bool cm_heap_check(void);

@@ -30,6 +30,8 @@ static const option_entry options[] = {
     {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 0,
      "1: a helper thread returns idle free pages even when the program makes no calls"},
     {"STATS", &cm_option.stats_at_exit, 0, 0, "1: print the stats report to stderr at exit"},
+    {"CHECK", &cm_option.check, 0, 0,
+     "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower"},
     {"ABORT_ON_ERROR", &cm_option.abort_on_error, 0, 1,
      "1: abort after reporting an invalid or double free; 0: leak the pointer and go on"},
 };

@@ -136,12 +136,13 @@ static CM_NOINLINE cm_thread_cache *create(void)
     return cache;
 }
 
-/* The calling thread's cache, created on first use; NULL once the thread is exiting. */
+/* The calling thread's cache, created on first use; NULL once the thread is exiting, and
+ * always in the debug mode (CMALLOC_CHECK), where every object must pass through check.c. */
 static cm_thread_cache *cache_for_thread(void)
 {
     if (CM_LIKELY(thread_state == THREAD_LIVE))
         return cm_thread_cache_current;
-    return thread_state == THREAD_GONE ? NULL : create();
+    return thread_state == THREAD_GONE || cm_option.check ? NULL : create();
 }
 
 /* Over budget: first try to grow the budget, else give back half of every list. Called by

@@ -1,0 +1,134 @@
+/* test_check.c - the debug mode (CMALLOC_CHECK=1): overflows past the request, double frees and
+ * writes to freed memory are reported with a clear message and abort; normal use still works.
+ * The binary re-executes itself with CMALLOC_CHECK=1 because options are read once at start. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Runs scenario in a child with stderr captured; returns what it wrote, *signal how it ended. */
+static void run_child(void (*scenario)(void), char *report, size_t size, int *signal_number)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(fds[1], 2);
+        scenario();
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t length = 0;
+    ssize_t n;
+    while (length + 1 < size && (n = read(fds[0], report + length, size - 1 - length)) > 0)
+        length += (size_t)n;
+    report[length] = '\0';
+    close(fds[0]);
+    int status;
+    waitpid(child, &status, 0);
+    *signal_number = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
+static void expect_abort(void (*scenario)(void), const char *message)
+{
+    char report[512];
+    int signal_number;
+    run_child(scenario, report, sizeof report, &signal_number);
+    assert_int_equal(signal_number, SIGABRT);
+    if (strstr(report, message) == NULL)
+        fail_msg("expected \"%s\" in: %s", message, report);
+}
+
+static void overflow_by_one(void)
+{
+    char *p = malloc(100);
+    p[100] = 'x';
+    free(p);
+}
+
+static void overflow_large(void)
+{
+    char *p = malloc(300000);
+    p[300000 + 7] = 'x';
+    free(p);
+}
+
+static void double_free_small(void)
+{
+    void *p = malloc(64);
+    free(p);
+    void *other = malloc(64); /* the freed block is quarantined, not handed out again */
+    free(p);
+    free(other);
+}
+
+static void write_after_free(void)
+{
+    char *p = malloc(200);
+    free(p);
+    p[50] = 1;
+    for (int i = 0; i < 5000; i++) /* push it out of the quarantine */
+        free(malloc(200));
+}
+
+static void reports_errors(void **state)
+{
+    (void)state;
+    expect_abort(overflow_by_one, "cmalloc: heap buffer overflow past the block at 0x");
+    expect_abort(overflow_large, "cmalloc: heap buffer overflow past the block at 0x");
+    expect_abort(double_free_small, "cmalloc: double free 0x");
+    expect_abort(write_after_free, "cmalloc: write to freed memory at 0x");
+}
+
+static void normal_use_works(void **state)
+{
+    (void)state;
+    char *p = malloc(37);
+    assert_int_equal(malloc_usable_size(p), 37); /* exactly the request: the rest is canary */
+    memset(p, 'a', 37);
+    p = realloc(p, 5000);
+    assert_non_null(p);
+    for (int i = 0; i < 37; i++)
+        assert_int_equal(p[i], 'a');
+    free(p);
+    int *zeros = calloc(1000, sizeof *zeros);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(zeros[i], 0);
+    free(zeros);
+    void *aligned = NULL;
+    assert_int_equal(posix_memalign(&aligned, 4096, 100), 0);
+    assert_int_equal((uintptr_t)aligned % 4096, 0);
+    free(aligned);
+    void *objects[3000];
+    for (int i = 0; i < 3000; i++)
+        objects[i] = malloc((size_t)(i * 37) % 20000);
+    for (int i = 0; i < 3000; i++)
+        free(objects[i]);
+    assert_true(cm_heap_check());
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    const char *mode = getenv("CMALLOC_CHECK");
+    if (mode == NULL || strcmp(mode, "1") != 0) {
+        setenv("CMALLOC_CHECK", "1", 1);
+        execv("/proc/self/exe", argv);
+        perror("test_check: re-exec");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reports_errors),
+        cmocka_unit_test(normal_use_works),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
