@@ -21,6 +21,9 @@
  *                             a grandchild, and _exits; some forks are made from a thread other
  *                             than the main one; a child that deadlocks is killed by its alarm
  *                             and fails the test instead of hanging it.
+ *   test_fork_with_allocating_atfork_handlers  pthread_atfork handlers registered by a
+ *                             constructor before main malloc and free in prepare, parent and
+ *                             child (allowed with glibc): fork neither deadlocks nor fails.
  *
  * The seed is printed; set TEST_SEED to repeat a run, TEST_FILTER (a cmocka
  * glob such as "*fork*") to run some tests only. Runtime: a few seconds on two cores.
@@ -774,6 +777,62 @@ static void child_body(int iteration, void *from_parent, size_t parent_size)
     _exit(0);
 }
 
+/* Waits for a child up to timeout_ms; kills a child that is still running then (deadlocked).
+ * Returns the wait status, or -1 when the child had to be killed. */
+static int wait_child(pid_t pid, int timeout_ms)
+{
+    int status = 0;
+    long slept_us = 0, step_us = 50;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0 && errno != EINTR)
+            return status;
+        if (slept_us > (long)timeout_ms * 1000) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            return -1;
+        }
+        struct timespec ts = {0, step_us * 1000};
+        nanosleep(&ts, NULL);
+        slept_us += step_us;
+        if (step_us < 10000)
+            step_us *= 2;
+    }
+}
+
+/* pthread_atfork handlers that allocate, registered by a constructor that runs before main
+ * (as a library's constructor would), and so possibly before the allocator registers its own.
+ * Allocating in them is allowed: glibc's malloc takes its locks after the prepare handlers
+ * and drops them before the parent and child handlers. Active only in the test that wants
+ * them. */
+static atomic_int atfork_alloc_enabled;
+static atomic_int atfork_alloc_failures;
+
+static void atfork_allocate(void)
+{
+    if (!atomic_load(&atfork_alloc_enabled))
+        return;
+    static const size_t sizes[] = {24, 3000, 70000, 400000, 3 * 1024 * 1024};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        void *p = malloc(sizes[k]);
+        if (p == NULL) {
+            atomic_fetch_add(&atfork_alloc_failures, 1);
+            continue;
+        }
+        memset(p, 9, sizes[k]);
+        clobber(p);
+        free(p);
+    }
+}
+
+__attribute__((constructor)) static void register_early_atfork(void)
+{
+    pthread_atfork(atfork_allocate, atfork_allocate, atfork_allocate);
+}
+
 struct fork_job {
     int iteration;
     void *from_parent;
@@ -803,7 +862,9 @@ static void *fork_from_thread(void *argp)
 static void parent_timeout(int sig)
 {
     (void)sig;
-    static const char msg[] = "test_threads: fork test timed out in the parent (deadlock?)\n";
+    static const char msg[] = "test_threads: FAIL: fork() has not returned in the parent for 30 s: "
+                              "deadlock in the fork handlers (or in an allocating pthread_atfork "
+                              "handler)\n";
     (void)!write(2, msg, sizeof msg - 1);
     _exit(2);
 }
@@ -817,7 +878,6 @@ static void test_fork_while_allocating(void **state)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = parent_timeout;
     sigaction(SIGALRM, &sa, &old_sa);
-    alarm(120);
     atomic_store(&busy_stop, 0);
     for (int i = 0; i < BUSY_THREADS; i++)
         idx[i] = (unsigned)i;
@@ -828,6 +888,7 @@ static void test_fork_while_allocating(void **state)
         void *from_parent = malloc(parent_size);
         assert_non_null(from_parent);
         tag_fill(from_parent, parent_size, 0x42);
+        alarm(30); /* a deadlock in the parent (fork handlers) ends the test binary */
         pid_t pid;
         if (f % 10 == 3) { /* fork from a thread other than the main one */
             pthread_t forker;
@@ -846,13 +907,12 @@ static void test_fork_while_allocating(void **state)
             child_body(f, from_parent, parent_size);
         }
         free(from_parent);
-        int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-            ;
-        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+        int status = wait_child(pid, 15000);
+        alarm(0);
+        if (status == -1 || (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)) {
             if (deadlocks++ == 0)
-                print_error("fork #%d: the child deadlocked in the allocator (killed by its "
-                            "alarm after 10 s)\n",
+                print_error("fork #%d: the child deadlocked in the allocator (killed after "
+                            "10-15 s)\n",
                             f);
             break;
         }
@@ -874,6 +934,48 @@ static void test_fork_while_allocating(void **state)
                  FORKS);
 }
 
+/* Allocation inside pthread_atfork handlers registered before main. */
+static void test_fork_with_allocating_atfork_handlers(void **state)
+{
+    (void)state;
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = parent_timeout;
+    sigaction(SIGALRM, &sa, &old_sa);
+    atomic_store(&atfork_alloc_failures, 0);
+    atomic_store(&atfork_alloc_enabled, 1);
+    int deadlocks = 0, failures = 0;
+    for (int f = 0; f < 20; f++) {
+        alarm(30); /* a deadlock in the parent's handlers ends the test binary */
+        pid_t pid = fork();
+        if (pid < 0)
+            fail_msg("fork: %s", strerror(errno));
+        if (pid == 0) {
+            void *p = malloc(5000);
+            if (p == NULL || atomic_load(&atfork_alloc_failures) != 0)
+                _exit(1);
+            free(p);
+            _exit(0);
+        }
+        int status = wait_child(pid, 15000);
+        alarm(0);
+        if (status == -1) {
+            deadlocks++;
+            break;
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            failures++;
+    }
+    atomic_store(&atfork_alloc_enabled, 0);
+    sigaction(SIGALRM, &old_sa, NULL);
+    if (deadlocks != 0)
+        fail_msg("the child deadlocked: malloc in a pthread_atfork child handler registered "
+                 "before main (by a constructor) hangs");
+    if (failures != 0 || atomic_load(&atfork_alloc_failures) != 0)
+        fail_msg("%d children failed, %d allocations in atfork handlers failed", failures,
+                 atomic_load(&atfork_alloc_failures));
+}
+
 int main(void)
 {
     const char *s = getenv("TEST_SEED");
@@ -890,6 +992,7 @@ int main(void)
         cmocka_unit_test(test_short_lived_threads),
         cmocka_unit_test(test_malloc_in_thread_exit_destructors),
         cmocka_unit_test(test_fork_while_allocating),
+        cmocka_unit_test(test_fork_with_allocating_atfork_handlers),
     };
     return cmocka_run_group_tests_name("threads", tests, NULL, NULL);
 }
