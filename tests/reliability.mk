@@ -9,10 +9,12 @@
 
 .PHONY: reliability-pending
 
-reliability-pending: all build/tests/test_errors build/tests/test_oom build/tests/test_release
+reliability-pending: all build/tests/test_errors build/tests/test_oom build/tests/test_release \
+                     build/tests/test_fork_stress
 	@status=0; \
 	echo "== build/tests/test_errors --pending"; build/tests/test_errors --pending || status=1; \
 	echo "== build/tests/test_oom --pending"; build/tests/test_oom --pending || status=1; \
 	echo "== build/tests/test_release --pending"; build/tests/test_release --pending || status=1; \
+	echo "== build/tests/test_fork_stress --pending"; build/tests/test_fork_stress --pending | tail -1 || status=1; \
 	echo "== sh tests/test_oom_cxx.sh --pending"; sh tests/test_oom_cxx.sh --pending || status=1; \
 	exit $$status
