@@ -22,3 +22,4 @@ bench: all $(BENCH_OWN_BINS)
 	@$(MAKE) --no-print-directory $(BENCH_BINS) || \
 	  echo "bench: some benchmark binaries did not build; the matrix skips them"
 	sh scripts/bench-matrix.sh --quick $(BENCH_ARGS)
+	@echo; cat bench/results/latest/matrix.md

@@ -14,7 +14,7 @@ checksum = 0
 # 1. dicts of records, grown and dropped: dict/list resizes and medium strings
 for round_ in range(2):
     table = {}
-    for i in range(30000):
+    for i in range(20000):
         key = "key-%d-%d" % (round_, i)
         table[key] = {"id": i, "name": "x" * rng.randint(1, 900), "tags": [rng.random() for _ in range(rng.randint(0, 12))]}
     checksum += sum(len(v["name"]) for v in table.values()) % 1000003
@@ -22,7 +22,7 @@ for round_ in range(2):
 
 # 2. text building and splitting: many strings above pymalloc's 512-byte limit
 parts = []
-for i in range(15000):
+for i in range(10000):
     s = ("%08x" % rng.getrandbits(32)) * rng.randint(1, 200)
     parts.append(s)
     if len(parts) > 500:
@@ -38,11 +38,11 @@ for _ in range(3):
     checksum += len(text) % 1000003
 
 # 4. a sort of tuples, then bytearrays that grow and shrink
-rows = [(rng.random(), "r%d" % i, i) for i in range(50000)]
+rows = [(rng.random(), "r%d" % i, i) for i in range(30000)]
 rows.sort()
 checksum += rows[len(rows) // 2][2]
 buf = bytearray()
-for i in range(8000):
+for i in range(5000):
     buf += b"y" * rng.randint(1, 4000)
     if len(buf) > 1 << 20:
         checksum += len(buf) % 991

@@ -5,7 +5,7 @@
 -- its peak RSS. Usage: sqlite3 :memory: < bench/real_sqlite.sql
 PRAGMA cache_size = -65536;
 CREATE TABLE orders(id INTEGER PRIMARY KEY, account INTEGER, price INTEGER, qty INTEGER, note TEXT);
-WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 60000)
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 40000)
 INSERT INTO orders SELECT i, (i * 7919) % 5000, 10000 + (i * 104729) % 997, 1 + i % 50,
                           printf('%.*c', 20 + (i * 31) % 300, 'n') FROM n;
 CREATE INDEX orders_account ON orders(account, price);

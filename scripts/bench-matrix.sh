@@ -3,11 +3,13 @@
 #
 #   scripts/bench-matrix.sh [--quick] [--threads 1,2,4,8] [--reps N] [--allocators a,b,...]
 #                           [--workloads pattern,...] [--seconds S] [--out DIR] [--no-install]
-#                           [--plan]
+#                           [--extra NAME=LIB.so] [--plan]
 #
 # Allocators: glibc (no preload), cmalloc (build/libcmalloc.so), jemalloc, tcmalloc, mimalloc
 # (the Debian packages' libraries), each switched in with LD_PRELOAD on the very same binaries.
 # Those that are missing are installed (apt-get, when root or with sudo) or skipped with a notice.
+# --extra NAME=LIB.so adds another allocator (say a cmalloc build with other options); repeatable.
+# --plan prints the workloads, allocators and run count, and runs nothing.
 # Workloads: build/bench/{alloc,server,churn}_bench in several modes, the order-book replay
 # (build/orderbook, when it exists) and unmodified real programs (python3 running
 # bench/real_python.py, sqlite3 running bench/real_sqlite.sql) timed with hyperfine.
@@ -36,6 +38,7 @@ seconds=""
 out="bench/results/latest"
 install=1
 plan_only=0
+extras=()
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
@@ -54,6 +57,8 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift ;;
     --out=*) out="${1#*=}" ;;
     --no-install) install=0 ;;
+    --extra) extras+=("$2"); shift ;;
+    --extra=*) extras+=("${1#*=}") ;;
     --plan) plan_only=1 ;;
     -h|--help) usage 0 ;;
     *) echo "bench-matrix: unknown option '$1'" >&2; usage ;;
@@ -66,8 +71,8 @@ threads_list=$(echo "$threads_list" | tr ',' ' ')
 # Run lengths. quick: ~0.15 s a run, 3 repetitions; full: ~1.1 s a run, 5 repetitions.
 # hf_*: hyperfine runs (and warm-up runs) of each whole program per repetition.
 if [ "$quick" = 1 ]; then
-  mode_name="quick"; : "${reps:=3}"; : "${seconds:=0.1}"; warmup=0.03
-  hf_runs=1; hf_warmup=0; ob_messages=200000
+  mode_name="quick"; : "${reps:=3}"; : "${seconds:=0.08}"; warmup=0.02
+  hf_runs=1; hf_warmup=0; ob_messages=100000
 else
   mode_name="full"; : "${reps:=5}"; : "${seconds:=0.8}"; warmup=0.2
   hf_runs=2; hf_warmup=1; ob_messages=1000000
@@ -147,6 +152,13 @@ for spec in "jemalloc libjemalloc.so.2 libjemalloc.so" \
   else echo "bench-matrix: notice: $name is not installed; skipped"; fi
 done
 set --
+for x in ${extras[@]+"${extras[@]}"}; do
+  case "$x" in
+    *=*) [ -e "${x#*=}" ] && add_alloc "${x%%=*}" "$(cd "$(dirname "${x#*=}")" && pwd)/$(basename "${x#*=}")" ||
+           echo "bench-matrix: notice: --extra $x: no such library" ;;
+    *) echo "bench-matrix: --extra wants NAME=LIB.so" >&2; exit 2 ;;
+  esac
+done
 alloc_names=${alloc_names# }
 [ -n "$alloc_names" ] || { echo "bench-matrix: no allocator to run" >&2; exit 1; }
 nalloc=$(echo $alloc_names | wc -w)
@@ -213,6 +225,14 @@ if [ "$plan_only" = 1 ]; then
 fi
 
 mkdir -p "$out"
+# One matrix at a time per output directory (the working tree may be shared): wait for the other.
+if command -v flock >/dev/null 2>&1; then
+  exec 9> "$out/.lock"
+  if ! flock -n 9; then
+    echo "bench-matrix: another bench-matrix run is writing $out; waiting for it (up to 15 min)"
+    flock -w 900 9 || { echo "bench-matrix: gave up waiting for $out/.lock" >&2; exit 1; }
+  fi
+fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-matrix.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 runs="$out/runs.csv"
@@ -260,7 +280,7 @@ rotate() { # the allocator list rotated left by $1
 
 record_failure() { # workload allocator threads rc command-text output-file
   local sig=""
-  [ "$3" -gt 128 ] 2>/dev/null && sig=" (signal $(kill -l $(($3 - 128)) 2>/dev/null || echo $(($3 - 128))))"
+  [ "$4" -gt 128 ] 2>/dev/null && sig=" (signal $(kill -l $(($4 - 128)) 2>/dev/null || echo $(($4 - 128))))"
   {
     echo "== $1 allocator=$2 threads=$3: exit $4$sig"
     echo "   command: $5"
@@ -268,9 +288,8 @@ record_failure() { # workload allocator threads rc command-text output-file
   } >> "$failures"
 }
 
-run_limit() { # seconds a single run may take before it is killed
-  awk -v s="$seconds" -v w="$warmup" 'BEGIN { printf "%d", 20 + 10 * (s + w) }'
-}
+# seconds a single run may take before it is killed
+limit=$(awk -v s="$seconds" -v w="$warmup" 'BEGIN { printf "%d", 30 + 10 * (s + w) }')
 
 ob_ready=0
 prepare_orderbook() {
@@ -285,61 +304,59 @@ prepare_orderbook() {
   [ -n "$ob_file" ]
 }
 
+# Turns one run's output into a runs.csv line (appended) and the progress text (printed); exits
+# 1 when there is no result. Reads a bench program's RESULT line, or the order book's
+# "key: value" summary plus peak_rss's "peak_rss_kib=N" line (stderr file, second argument).
+parse_awk='
+  function human(x) {
+    if (x == "") return "-"; x = x + 0
+    if (x >= 1e9) return sprintf("%.3gG", x / 1e9); if (x >= 1e6) return sprintf("%.3gM", x / 1e6)
+    if (x >= 1e3) return sprintf("%.3gk", x / 1e3); return sprintf("%.3g", x) }
+  /^RESULT / { for (i = 2; i <= NF; i++) { k = substr($i, 1, index($i, "=") - 1); v[k] = substr($i, index($i, "=") + 1) }
+               got = 1 }
+  /^messages_per_second:/ { got = 1 }
+  /^[a-z_0-9]+: / { k = $1; sub(/:$/, "", k); ob[k] = $2 }
+  /^peak_rss_kib=/ { rss = substr($0, 14) }
+  END {
+    if (!got) exit 1
+    if (!("ops_per_sec" in v)) {
+      v["workload"] = w; v["threads"] = t; v["params"] = params; v["ops_per_sec"] = ob["messages_per_second"]
+      v["wall_s"] = ob["seconds"]; v["p50_ns"] = ob["latency_p50_ns"]; v["p99_ns"] = ob["latency_p99_ns"]
+      v["p999_ns"] = ob["latency_p999_ns"]; v["max_ns"] = ob["latency_max_ns"]; v["peak_rss_kib"] = rss
+    }
+    printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", rep, v["workload"], alloc, v["threads"], v["params"],
+      v["ops_per_sec"], v["wall_s"], v["p50_ns"], v["p99_ns"], v["p999_ns"], v["max_ns"], v["peak_rss_kib"] >> runs
+    printf "%s %s ops/s  p50 %s ns  p99 %s ns  peak RSS %.1f MiB  (%.1f s)\n", prefix, human(v["ops_per_sec"]),
+      v["p50_ns"] == "" ? "-" : v["p50_ns"], v["p99_ns"] == "" ? "-" : v["p99_ns"], v["peak_rss_kib"] / 1024, took
+  }'
+
 run_bench_cell() { # rep kind threads allocator name command...
   local rep=$1 kind=$2 t=$3 a=$4 name=$5; shift 5
-  local lib=${alloc_lib[$a]} o="$tmp/out" e="$tmp/err" rc start end params res
+  local lib=${alloc_lib[$a]} o="$tmp/out" e="$tmp/err" rc start params="" prefix
   local cmd=("$@")
   if [ "$kind" = bench ]; then
     cmd+=(--threads "$t" --seconds "$seconds" --warmup "$warmup" --label "$name")
   else
     cmd=("${cmd[@]:0:2}" "$ob_file" "${cmd[@]:2}" --threads "$t")
-  fi
-  local shown="LD_PRELOAD=$lib ${cmd[*]}"; [ -z "$lib" ] && shown="${cmd[*]}"
-  start=$(date +%s.%N)
-  if [ "$kind" = bench ]; then
-    env ${lib:+LD_PRELOAD=$lib} timeout -k 5 "$(run_limit)" "${cmd[@]}" > "$o" 2> "$e"; rc=$?
-  else
-    timeout -k 5 "$(run_limit)" build/bench/peak_rss -- env ${lib:+LD_PRELOAD=$lib} "${cmd[@]}" > "$o" 2> "$e"; rc=$?
-  fi
-  end=$(date +%s.%N)
-  n=$((n + 1))
-  local prefix
-  prefix=$(printf "[%4d/%d] rep %d/%d %-22s T=%-2s %-9s" "$n" "$total" "$rep" "$reps" "$name" "$t" "$a")
-  if [ "$kind" = bench ]; then
-    res=$(grep -m1 '^RESULT ' "$o")
-    if [ "$rc" -ne 0 ] || [ -z "$res" ]; then
-      [ "$rc" -eq 0 ] && rc="0, no RESULT line"
-      record_failure "$name" "$a" "$t" "$rc" "$shown" "$e"
-      echo "$prefix FAILED (exit $rc): $shown"
-      return
-    fi
-    # RESULT k=v ...: the values in the CSV's order
-    local line
-    line=$(echo "$res" | awk -v rep="$rep" -v alloc="$a" '{
-      for (i = 2; i <= NF; i++) { k = substr($i, 1, index($i, "=") - 1); v[k] = substr($i, index($i, "=") + 1) }
-      printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", rep, v["workload"], alloc, v["threads"], v["params"],
-        v["ops_per_sec"], v["wall_s"], v["p50_ns"], v["p99_ns"], v["p999_ns"], v["max_ns"], v["peak_rss_kib"] }')
-    echo "$line" >> "$runs"
-    local f
-    IFS=, read -r -a f <<< "$line"
-    echo "$prefix $(human "${f[5]}") ops/s  p50 ${f[7]:--} ns  p99 ${f[8]:--} ns  peak RSS $(mib "${f[11]}")"
-  else
-    # order book: "key: value" lines; peak RSS from the wrapper on stderr
-    local rss
-    rss=$(sed -n 's/^peak_rss_kib=//p' "$e" | tail -1)
-    if [ "$rc" -ne 0 ] || ! grep -q '^messages_per_second:' "$o"; then
-      record_failure "$name" "$a" "$t" "$rc" "$shown" "$e"
-      echo "$prefix FAILED (exit $rc): $shown"
-      return
-    fi
     params="messages=$ob_messages"
     case " ${cmd[*]} " in *" --pipeline "*) params="$params;pipeline" ;; esac
-    awk -F': *' -v rep="$rep" -v w="$name" -v alloc="$a" -v t="$t" -v params="$params" -v rss="$rss" '
-      { v[$1] = $2 }
-      END { printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", rep, w, alloc, t, params,
-              v["messages_per_second"], v["seconds"], v["latency_p50_ns"], v["latency_p99_ns"],
-              v["latency_p999_ns"], v["latency_max_ns"], rss }' "$o" >> "$runs"
-    echo "$prefix $(human "$(sed -n 's/^messages_per_second: *//p' "$o")") msgs/s  p50 $(sed -n 's/^latency_p50_ns: *//p' "$o") ns  p99 $(sed -n 's/^latency_p99_ns: *//p' "$o") ns  peak RSS $(mib "$rss")"
+  fi
+  start=$EPOCHREALTIME
+  if [ "$kind" = bench ]; then
+    env ${lib:+LD_PRELOAD=$lib} timeout -k 5 "$limit" "${cmd[@]}" > "$o" 2> "$e"; rc=$?
+  else
+    timeout -k 5 "$limit" build/bench/peak_rss -- env ${lib:+LD_PRELOAD=$lib} "${cmd[@]}" > "$o" 2> "$e"; rc=$?
+  fi
+  local took=$(( (${EPOCHREALTIME/./} - ${start/./}) / 1000 ))
+  n=$((n + 1))
+  printf -v prefix "[%4d/%d] rep %d/%d %-22s T=%-2s %-9s" "$n" "$total" "$rep" "$reps" "$name" "$t" "$a"
+  if [ "$rc" -ne 0 ] || ! awk -v rep="$rep" -v alloc="$a" -v w="$name" -v t="$t" -v params="$params" \
+       -v runs="$runs" -v prefix="$prefix" -v took="${took}e-3" "$parse_awk" "$o" "$e"; then
+    local shown="${lib:+LD_PRELOAD=$lib }${cmd[*]}"
+    [ "$kind" = orderbook ] && shown="build/orderbook gen --messages $ob_messages --seed 1 > orders.txt && ${shown/$ob_file/orders.txt}"
+    [ "$rc" -eq 0 ] && rc="0, no result printed"
+    record_failure "$name" "$a" "$t" "$rc" "$shown" "$e"
+    echo "$prefix FAILED (exit $rc): $shown"
   fi
 }
 
@@ -361,23 +378,30 @@ run_program_cell() { # rep name command... : one hyperfine invocation, every all
   local rc
   hyperfine -N -i --style none --warmup "$hf_warmup" --runs "$hf_runs" --export-json "$tmp/hf.json" "${args[@]}" \
     > "$tmp/hf.out" 2>&1; rc=$?
+  # every command's timed runs: "name ok t1 t2 ...", or "name fail code..." when a run failed
+  python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    codes = [c for c in (r.get("exit_codes") or []) if c]
+    if codes:
+        print(r["command"], "fail", " ".join(str(c) for c in codes))
+    else:
+        print(r["command"], "ok", " ".join("%.6f" % x for x in r["times"]))
+' "$tmp/hf.json" > "$tmp/hf.times" 2>/dev/null
   # the warm-up runs appended figures too: skip them in each rss file
   for a in $order; do
     n=$((n + 1))
     local prefix
-    prefix=$(printf "[%4d/%d] rep %d/%d %-22s T=%-2s %-9s" "$n" "$total" "$rep" "$reps" "$name" 1 "$a")
-    local times
-    times=$(python3 -c '
-import json, sys
-d = json.load(open(sys.argv[1]))
-for r in d["results"]:
-    if r["command"] == sys.argv[2] and not any(r.get("exit_codes") or []):
-        print(" ".join("%.6f" % x for x in r["times"]))
-' "$tmp/hf.json" "$a" 2>/dev/null)
-    if [ "$rc" -ne 0 ] || [ -z "$times" ]; then
+    printf -v prefix "[%4d/%d] rep %d/%d %-22s T=%-2s %-9s" "$n" "$total" "$rep" "$reps" "$name" 1 "$a"
+    local times status
+    status=$(awk -v a="$a" '$1 == a { print $2 }' "$tmp/hf.times")
+    times=$(awk -v a="$a" '$1 == a { $1 = ""; $2 = ""; print }' "$tmp/hf.times")
+    if [ "$rc" -ne 0 ] || [ "$status" != ok ] || [ -z "$times" ]; then
       lib=${alloc_lib[$a]}
-      record_failure "$name" "$a" 1 "$rc" "${lib:+LD_PRELOAD=$lib }$*" "$tmp/hf.out"
-      echo "$prefix FAILED (hyperfine exit $rc): ${lib:+LD_PRELOAD=$lib }$*"
+      local why="hyperfine exit $rc" code=$rc
+      [ "$status" = fail ] && why="exit status $(echo $times)" && code=$(echo $times | cut -d' ' -f1)
+      record_failure "$name" "$a" 1 "$code" "${lib:+LD_PRELOAD=$lib }$*" "$tmp/hf.out"
+      echo "$prefix FAILED ($why): ${lib:+LD_PRELOAD=$lib }$*"
       continue
     fi
     local rsss k=0 tm
