@@ -12,12 +12,15 @@
  *     any other live object;
  *   - calloc zeroes, also memory that was just filled and freed (reuse), small and large;
  *   - realloc keeps the content across size classes and across the mmap threshold, growing
- *     and shrinking, up to 64 MiB; realloc(p, 0) frees p and returns NULL (glibc behaviour);
+ *     and shrinking, up to 64 MiB (and huge blocks to 512 MiB, sparsely touched);
+ *     realloc(p, 0) frees p and returns NULL (glibc behaviour);
  *   - posix_memalign, aligned_alloc, memalign, valloc, pvalloc for alignments 16 B .. 8 MiB;
  *     posix_memalign returns EINVAL for bad alignments and leaves *memptr alone on failure;
  *   - NULL + errno ENOMEM for overflowing calloc / reallocarray and absurd sizes;
  *   - cfree, malloc_trim (memory really goes back to the OS), mallinfo/mallinfo2 (bytes in use
  *     are accounted), mallopt, malloc_stats, glibc's __libc_* aliases.
+ *
+ * TEST_FILTER (a cmocka glob such as "*calloc*") runs some tests only.
  *
  * Compiled by the Makefile with -O1 and without -fno-builtin: the compiler knows what malloc,
  * calloc and memset mean and may delete a malloc/free pair, a store before free, or a read of
@@ -559,6 +562,53 @@ static void test_realloc_random_walk(void **state)
     }
 }
 
+/* Huge blocks grow and shrink by realloc without losing their ends (DESIGN.md: mremap, so
+ * growing a huge buffer never copies); only a few pages are touched, so this is cheap. */
+static void test_realloc_huge_sparse(void **state)
+{
+    (void)state;
+    const size_t chunk = 64 * KiB;
+    size_t size = 16 * MiB;
+    unsigned char *p = opaque(malloc(size));
+    assert_non_null(p);
+    pattern_fill(p, chunk, 21);
+    pattern_fill(p + size - chunk, chunk, 22);
+    static const size_t grow[] = {256 * 1024 * 1024, 512 * 1024 * 1024};
+    for (int k = 0; k < 2; k++) {
+        unsigned char *q = opaque(realloc(p, grow[k]));
+        CHECK(q != NULL, "realloc(%zu MiB -> %zu MiB) returned NULL", size >> 20, grow[k] >> 20);
+        CHECK(is_aligned(q, 16), "realloc to %zu MiB: %p", grow[k] >> 20, q);
+        CHECK(malloc_usable_size(q) >= grow[k], "usable %zu < %zu", malloc_usable_size(q),
+              grow[k]);
+        CHECK(pattern_check(q, chunk, 21) == chunk, "realloc to %zu MiB lost the first bytes",
+              grow[k] >> 20);
+        CHECK(pattern_check(q + 16 * MiB - chunk, chunk, 22) == chunk,
+              "realloc to %zu MiB lost the bytes at the end of the first 16 MiB", grow[k] >> 20);
+        pattern_fill(q + grow[k] - chunk, chunk, 23 + (unsigned)k); /* the new end is usable */
+        CHECK(pattern_check(q + grow[k] - chunk, chunk, 23 + (unsigned)k) == chunk,
+              "the end of a %zu MiB block does not keep what was written", grow[k] >> 20);
+        p = q;
+        size = grow[k];
+    }
+    unsigned char *q = opaque(realloc(p, 100 * MiB)); /* shrink, still huge */
+    CHECK(q != NULL, "realloc(512 MiB -> 100 MiB) returned NULL");
+    CHECK(pattern_check(q, chunk, 21) == chunk, "shrinking a huge block lost its first bytes");
+    q = opaque(realloc(q, 4096)); /* down to a small class */
+    CHECK(q != NULL, "realloc(100 MiB -> 4 KiB) returned NULL");
+    CHECK(pattern_check(q, 4096, 21) == 4096, "shrinking to 4 KiB lost the first bytes");
+    free(q);
+
+    /* Very large alignments work too (only the block itself is touched). */
+    void *a = NULL;
+    int rc = posix_memalign(&a, opaque_size(256 * MiB), 100);
+    CHECK(rc == 0, "posix_memalign(256 MiB, 100) returned %d", rc);
+    check_block(a, 100, 256 * MiB, "posix_memalign");
+    free(a);
+    a = opaque(aligned_alloc(opaque_size(64 * MiB), 64 * MiB));
+    CHECK(a != NULL && is_aligned(a, 64 * MiB), "aligned_alloc(64 MiB, 64 MiB) = %p", a);
+    free(a);
+}
+
 /* realloc(p, 0) frees p and returns NULL, as glibc does; realloc(NULL, n) is malloc(n). */
 static void test_realloc_zero_frees(void **state)
 {
@@ -1007,6 +1057,9 @@ static void test_mallopt(void **state)
 
 int main(void)
 {
+    const char *filter = getenv("TEST_FILTER"); /* a cmocka glob, e.g. "*realloc*" */
+    if (filter != NULL)
+        cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_served_by_cmalloc),
         cmocka_unit_test(test_malloc_zero_unique),
@@ -1016,6 +1069,7 @@ int main(void)
         cmocka_unit_test(test_reallocarray),
         cmocka_unit_test(test_realloc_keeps_content),
         cmocka_unit_test(test_realloc_random_walk),
+        cmocka_unit_test(test_realloc_huge_sparse),
         cmocka_unit_test(test_realloc_zero_frees),
         cmocka_unit_test(test_free_and_cfree),
         cmocka_unit_test(test_posix_memalign),
