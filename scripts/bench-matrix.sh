@@ -80,7 +80,7 @@ fi
 case "$reps" in ''|*[!0-9]*|0) echo "bench-matrix: --reps wants a positive number" >&2; exit 2 ;; esac
 
 # ---- packages ------------------------------------------------------------------------------
-bench_packages="libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 hyperfine gnuplot-nox"
+bench_packages="libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 hyperfine gnuplot-nox python3 sqlite3"
 install_missing() {
   command -v dpkg-query >/dev/null 2>&1 || return 0
   local missing="" p
@@ -189,9 +189,22 @@ add_workload alloc-window-powerlaw bench build/bench/alloc_bench --mode=window -
 add_workload alloc-crossthread bench build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024
 add_workload server bench build/bench/server_bench --slots 16384 --max-size 8192
 add_workload churn bench build/bench/churn_bench --objects 256 --max-size 4096
+ob_pool=0
 if [ -x build/orderbook ]; then
   add_workload orderbook orderbook build/orderbook replay
   add_workload orderbook-pipeline orderbook build/orderbook replay --pipeline
+  # the order book can take its orders from cmalloc's object pool: run that as one more
+  # "allocator", cmalloc-pool, when cmalloc is in the matrix and its pool API works
+  if [ -n "${alloc_lib[cmalloc]:-}" ]; then
+    probe=$(mktemp "${TMPDIR:-/tmp}/bench-matrix-probe.XXXXXX")
+    if build/orderbook gen --messages 2000 --seed 1 > "$probe" 2>/dev/null &&
+       LD_PRELOAD=${alloc_lib[cmalloc]} build/orderbook replay "$probe" --alloc pool > /dev/null 2>&1; then
+      ob_pool=1
+    else
+      echo "bench-matrix: notice: the order book's --alloc pool does not run under cmalloc; cmalloc-pool skipped"
+    fi
+    rm -f "$probe"
+  fi
 else
   echo "bench-matrix: notice: build/orderbook is missing; the order-book replay is skipped"
 fi
@@ -210,7 +223,7 @@ total=0
 for w in "${workloads[@]}"; do
   set -- $w
   if [ "$2" = program ]; then total=$((total + nalloc)); else
-    for t in $threads_list; do total=$((total + nalloc)); done
+    for t in $threads_list; do total=$((total + nalloc)); [ "$2" = orderbook ] && total=$((total + ob_pool)); done
   fi
 done
 set --
@@ -221,6 +234,7 @@ echo "bench-matrix: ${seconds}s measured per run (+${warmup}s warm-up); medians 
 if [ "$plan_only" = 1 ]; then
   for w in "${workloads[@]}"; do echo "  workload: $w"; done
   for a in $alloc_names; do echo "  allocator: $a ${alloc_lib[$a]:-(no preload)}"; done
+  [ "$ob_pool" = 1 ] && echo "  allocator: cmalloc-pool (order book only: cmalloc with --alloc pool)"
   exit 0
 fi
 
@@ -273,8 +287,10 @@ human() { # a number to 3 significant digits with k/M/G
 }
 mib() { awk -v k="$1" 'BEGIN { if (k == "") print "-"; else printf "%.1f MiB", k / 1024 }'; }
 
-rotate() { # the allocator list rotated left by $1
-  local k=$1 arr=($alloc_names) i m=${#arr[@]}
+rotate() { # the allocator list (plus the names after $1) rotated left by $1
+  local k=$1; shift
+  local arr=($alloc_names "$@") i m
+  m=${#arr[@]}
   for ((i = 0; i < m; i++)); do echo -n "${arr[$(((i + k) % m))]} "; done
 }
 
@@ -332,8 +348,10 @@ parse_awk='
 
 run_bench_cell() { # rep kind threads allocator name command...
   local rep=$1 kind=$2 t=$3 a=$4 name=$5; shift 5
-  local lib=${alloc_lib[$a]} o="$tmp/out" e="$tmp/err" rc start params="" prefix
+  local lib o="$tmp/out" e="$tmp/err" rc start params="" prefix
   local cmd=("$@")
+  if [ "$a" = cmalloc-pool ]; then lib=${alloc_lib[cmalloc]}; cmd+=(--alloc pool)
+  else lib=${alloc_lib[$a]}; fi
   if [ "$kind" = bench ]; then
     cmd+=(--threads "$t" --seconds "$seconds" --warmup "$warmup" --label "$name")
   else
@@ -349,7 +367,7 @@ run_bench_cell() { # rep kind threads allocator name command...
   fi
   local took=$(( (${EPOCHREALTIME/./} - ${start/./}) / 1000 ))
   n=$((n + 1))
-  printf -v prefix "[%4d/%d] rep %d/%d %-22s T=%-2s %-9s" "$n" "$total" "$rep" "$reps" "$name" "$t" "$a"
+  printf -v prefix "[%4d/%d] rep %d/%d %-21s T=%-2s %-12s" "$n" "$total" "$rep" "$reps" "$name" "$t" "$a"
   if [ "$rc" -ne 0 ] || ! awk -v rep="$rep" -v alloc="$a" -v w="$name" -v t="$t" -v params="$params" \
        -v runs="$runs" -v prefix="$prefix" -v took="${took}e-3" "$parse_awk" "$o" "$e"; then
     local shown="${lib:+LD_PRELOAD=$lib }${cmd[*]}"
@@ -392,7 +410,7 @@ for r in json.load(open(sys.argv[1]))["results"]:
   for a in $order; do
     n=$((n + 1))
     local prefix
-    printf -v prefix "[%4d/%d] rep %d/%d %-22s T=%-2s %-9s" "$n" "$total" "$rep" "$reps" "$name" 1 "$a"
+    printf -v prefix "[%4d/%d] rep %d/%d %-21s T=%-2s %-12s" "$n" "$total" "$rep" "$reps" "$name" 1 "$a"
     local times status
     status=$(awk -v a="$a" '$1 == a { print $2 }' "$tmp/hf.times")
     times=$(awk -v a="$a" '$1 == a { $1 = ""; $2 = ""; print }' "$tmp/hf.times")
@@ -426,12 +444,14 @@ for ((rep = 1; rep <= reps; rep++)); do
       continue
     fi
     if [ "$kind" = orderbook ] && ! prepare_orderbook; then
-      for t in $threads_list; do n=$((n + nalloc)); done
+      for t in $threads_list; do n=$((n + nalloc + ob_pool)); done
       continue
     fi
     for t in $threads_list; do
       cell=$((cell + 1))
-      for a in $(rotate $((cell + rep))); do
+      extra=""
+      [ "$kind" = orderbook ] && [ "$ob_pool" = 1 ] && extra=cmalloc-pool
+      for a in $(rotate $((cell + rep)) $extra); do
         run_bench_cell "$rep" "$kind" "$t" "$a" "$name" "$@"
       done
     done

@@ -21,7 +21,7 @@ import sys
 COLUMNS = ["workload", "allocator", "threads", "params", "ops_per_sec", "wall_s", "p50_ns",
            "p99_ns", "p999_ns", "max_ns", "peak_rss_kib"]
 NUMERIC = COLUMNS[4:]
-ALLOC_ORDER = ["glibc", "cmalloc", "jemalloc", "tcmalloc", "mimalloc"]
+ALLOC_ORDER = ["glibc", "cmalloc", "cmalloc-pool", "jemalloc", "tcmalloc", "mimalloc"]
 BASELINE = "jemalloc"
 
 ABOUT = {
@@ -42,7 +42,8 @@ ABOUT = {
              "half and the previous thread's leftovers, then exiting. Ops are threads; latency is "
              "a thread's whole work.",
     "orderbook": "build/orderbook replay: the order-book driver replaying a generated message "
-                 "stream, T independent books on T threads. Ops are messages; latency per message.",
+                 "stream, T independent books on T threads. Ops are messages; latency per message. "
+                 "cmalloc-pool: cmalloc with --alloc pool (orders from cmalloc's object pool).",
     "orderbook-pipeline": "build/orderbook replay --pipeline: as above with a gateway thread per "
                           "book allocating orders that the matcher thread frees (2T threads).",
     "python": "unmodified /usr/bin/python3 running bench/real_python.py (dicts, strings, JSON, "
@@ -262,7 +263,7 @@ def write_png(dirname, cells, workloads, allocs):
         return False
     data = os.path.join(dirname, "plot-data")
     os.makedirs(data, exist_ok=True)
-    colors = {"glibc": "#7f7f7f", "cmalloc": "#d62728", "jemalloc": "#1f77b4",
+    colors = {"glibc": "#7f7f7f", "cmalloc": "#d62728", "cmalloc-pool": "#8c1a1a", "jemalloc": "#1f77b4",
               "tcmalloc": "#2ca02c", "mimalloc": "#ff7f0e"}
     panels = []
     for wl in workloads:
