@@ -878,6 +878,7 @@ static void test_fork_while_allocating(void **state)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = parent_timeout;
     sigaction(SIGALRM, &sa, &old_sa);
+    fflush(stdout); /* parent_timeout _exits: let cmocka's report so far reach a pipe */
     atomic_store(&busy_stop, 0);
     for (int i = 0; i < BUSY_THREADS; i++)
         idx[i] = (unsigned)i;
@@ -942,6 +943,7 @@ static void test_fork_with_allocating_atfork_handlers(void **state)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = parent_timeout;
     sigaction(SIGALRM, &sa, &old_sa);
+    fflush(stdout); /* parent_timeout _exits: let cmocka's report so far reach a pipe */
     atomic_store(&atfork_alloc_failures, 0);
     atomic_store(&atfork_alloc_enabled, 1);
     int deadlocks = 0, failures = 0;
