@@ -321,6 +321,44 @@ int main()
     } catch (const std::bad_alloc &) {
         std::printf("bad_alloc for an absurd new[]\n");
     }
+    // The new_handler is called when operator new cannot allocate, as libstdc++ does.
+    static int handler_calls;
+    std::set_new_handler([] {
+        handler_calls++;
+        std::set_new_handler(nullptr); // the next failure throws
+    });
+    try {
+        volatile size_t huge = (size_t)1 << 62;
+        char *absurd = new char[huge];
+        std::printf("new char[2^62] returned %p\n", static_cast<void *>(absurd));
+        return 6;
+    } catch (const std::bad_alloc &) {
+        std::printf("new_handler called %d time(s), then bad_alloc\n", handler_calls);
+    }
+    {
+        volatile size_t huge = (size_t)1 << 62;
+        char *a = new (std::nothrow) char[huge];
+        Wide *w = new (std::nothrow) Wide[huge / sizeof(Wide)];
+        std::printf("nothrow new of 2^62 bytes: %s %s\n", a ? "non-null" : "null",
+                    w ? "non-null" : "null");
+        try {
+            void *v = ::operator new(huge, std::align_val_t(64));
+            std::printf("aligned new of 2^62 bytes returned %p\n", v);
+        } catch (const std::bad_alloc &) {
+            std::printf("aligned new of 2^62 bytes: bad_alloc\n");
+        }
+        // Sized and aligned deletes with the right sizes.
+        void *s = ::operator new(1000);
+        ::operator delete(s, 1000);
+        void *al = ::operator new(5000, std::align_val_t(4096));
+        if (reinterpret_cast<std::uintptr_t>(al) % 4096 != 0)
+            return 7;
+        ::operator delete(al, 5000, std::align_val_t(4096));
+        void *an = ::operator new[](300, std::align_val_t(256), std::nothrow);
+        if (an == nullptr || reinterpret_cast<std::uintptr_t>(an) % 256 != 0)
+            return 8;
+        ::operator delete[](an, std::align_val_t(256), std::nothrow);
+    }
     try {
         throw std::runtime_error(std::string(1000, 'e'));
     } catch (const std::exception &e) {
