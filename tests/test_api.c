@@ -800,6 +800,42 @@ static void test_valloc_pvalloc(void **state)
     free(p0);
 }
 
+/* Alignments near the top of the address space: the arithmetic on alignment + size must not
+ * overflow into a small, wrongly aligned block. Either a correctly aligned, writable block
+ * or NULL with ENOMEM (glibc: ENOMEM, or EINVAL above SIZE_MAX / 2 + 1 for memalign). */
+static void test_extreme_alignments(void **state)
+{
+    (void)state;
+    static const unsigned shifts[] = {30, 36, 40, 44, 46, 47, 48, 56, 62, 63};
+    for (size_t k = 0; k < sizeof shifts / sizeof shifts[0]; k++) {
+        size_t a = opaque_size((size_t)1 << shifts[k]);
+        static const size_t sizes[] = {1, 4096, (size_t)1 << 20};
+        for (size_t j = 0; j < 3; j++) {
+            size_t n = opaque_size(sizes[j]);
+            errno = 0;
+            void *p = opaque(memalign(a, n));
+            int e = errno;
+            if (p == NULL) {
+                CHECK(e == ENOMEM || e == EINVAL, "memalign(2^%u, %zu): NULL with errno %d",
+                      shifts[k], n, e);
+            } else {
+                check_block(p, n, a, "memalign (huge alignment)");
+                free(p);
+            }
+            void *q = (void *)(uintptr_t)0x4560;
+            int rc = posix_memalign(&q, a, n);
+            if (rc != 0) {
+                CHECK(rc == ENOMEM, "posix_memalign(2^%u, %zu) returned %d, expected 0 or "
+                      "ENOMEM", shifts[k], n, rc);
+                CHECK(q == (void *)(uintptr_t)0x4560, "failed posix_memalign changed *memptr");
+            } else {
+                check_block(q, n, a, "posix_memalign (huge alignment)");
+                free(q);
+            }
+        }
+    }
+}
+
 /* Blocks from the aligned entry points can be realloc'ed and keep their content. */
 static void test_realloc_aligned_blocks(void **state)
 {
@@ -1077,6 +1113,7 @@ int main(void)
         cmocka_unit_test(test_aligned_alloc),
         cmocka_unit_test(test_memalign),
         cmocka_unit_test(test_valloc_pvalloc),
+        cmocka_unit_test(test_extreme_alignments),
         cmocka_unit_test(test_realloc_aligned_blocks),
         cmocka_unit_test(test_mixed_entry_points),
         cmocka_unit_test(test_libc_aliases),
