@@ -6,7 +6,7 @@
  *   --mode=window       each thread keeps a ring of --window live objects; each op frees the
  *                       oldest and allocates a new one in its place. Objects live long enough to
  *                       leave the hottest cache lines, and with a mixed size distribution every
- *                       size class is in play.
+ *                       size class is in play. The ring is filled before the warm-up starts.
  *   --mode=crossthread  --threads producer threads allocate and touch, --threads consumer threads
  *                       free, each pair joined by a lock-free single-producer single-consumer ring.
  *                       Every free is of another thread's memory: the pattern that sends a
@@ -76,6 +76,8 @@ typedef struct {
     int role; /* crossthread: 0 producer, 1 consumer */
     spsc_queue *queue;
     uint32_t *sizes;
+    unsigned size_pos; /* next index into sizes (window mode: after the fill) */
+    void **ring;       /* window mode: the live objects, oldest at the cursor */
     uint64_t ops;     /* ops completed in the measured phase */
     bench_hist hmalloc; /* sampled malloc latencies, cycles */
     bench_hist hfree;   /* sampled free latencies, cycles */
@@ -143,17 +145,24 @@ static void run_immediate(worker *w)
     }
 }
 
+/* Window mode's ring of live objects, filled before the start barrier (setup, not timed: with
+ * many threads and big windows the first touch of fresh pages takes longer than a short warm-up). */
+static void fill_window(worker *w)
+{
+    w->ring = bench_map(opt.window * sizeof(void *));
+    for (size_t i = 0; i < opt.window; i++) {
+        size_t sz = w->sizes[w->size_pos++ & (BENCH_SIZE_TABLE - 1)];
+        w->ring[i] = malloc(sz);
+        bench_touch(w->ring[i], sz);
+    }
+}
+
 static void run_window(worker *w)
 {
     size_t n = opt.window;
-    void **ring = bench_map(n * sizeof(void *));
+    void **ring = w->ring;
     uint64_t rs = bench_seed(2000 + w->id);
-    unsigned si = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t sz = w->sizes[si++ & (BENCH_SIZE_TABLE - 1)];
-        ring[i] = malloc(sz);
-        bench_touch(ring[i], sz);
-    }
+    unsigned si = w->size_pos;
     unsigned countdown = next_countdown(&rs);
     size_t pos = 0;
     int seen = PHASE_WARMUP;
@@ -287,6 +296,8 @@ drain:
 static void *thread_main(void *arg)
 {
     worker *w = arg;
+    if (opt.mode == MODE_WINDOW)
+        fill_window(w);
     pthread_barrier_wait(&start_barrier);
     if (opt.mode == MODE_IMMEDIATE)
         run_immediate(w);

@@ -270,10 +270,11 @@ def write_png(dirname, cells, workloads, allocs):
         wc = [c for c in cells if c["workload"] == wl]
         program = all(c["ops_per_sec"] is None for c in wc)
         files = []
-        for i, a in enumerate(allocs):
-            rows = sorted((int(c["threads"]), c) for c in wc if c["allocator"] == a)
+        for a in allocs:
+            rows = sorted(((int(c["threads"]), c) for c in wc if c["allocator"] == a), key=lambda x: x[0])
             if not rows:
                 continue
+            i = len(files)
             fn = os.path.join(data, "%s.%s.dat" % (wl, a))
             with open(fn, "w") as f:
                 for t, c in rows:
@@ -285,22 +286,22 @@ def write_png(dirname, cells, workloads, allocs):
 
     ncols = 4
     nrows = (2 * len(panels) + ncols - 1) // ncols
-    width, height = 1800, max(380, 330 * nrows)
+    width, height = 2000, max(380, 330 * nrows)
     g = []
     g.append('set terminal png size %d,%d font ",9"' % (width, height))
     g.append('set output "%s"' % os.path.join(dirname, "matrix.png"))
     g.append('set multiplot layout %d,%d title "cmalloc benchmark matrix: medians; ops/s (or wall time) '
              'and peak RSS against threads"' % (nrows, ncols))
-    g.append("set key below horizontal font \",8\" samplen 1")
+    g.append("set key outside right top vertical font \",8\" samplen 1 spacing 0.9")
     g.append("set grid")
     g.append("set format y \"%.1s%c\"")
     for wl, program, files in panels:
         threads = sorted({int(c["threads"]) for c in cells if c["workload"] == wl})
         if program:
-            # whole programs: one point per allocator
-            g.append("set logscale x 2; unset logscale x")
-            g.append("set xrange [-0.7:%f]" % (len(allocs) - 0.3))
-            g.append("set xtics (%s)" % ", ".join('"%s" %d' % (a, i) for i, a in enumerate(allocs)))
+            # whole programs: a bar per allocator that ran it
+            g.append("set xrange [-0.7:%f]" % (len(files) - 0.3))
+            g.append("set xtics (%s)" % ", ".join('"%s" %d' % (a, i) for i, (a, _) in enumerate(files)))
+            g.append('set format y "%g"')
             g.append('set title "%s: wall time (s, lower is better)"' % wl)
             g.append("set yrange [0:*]")
             g.append("set style fill solid 0.7")
@@ -309,7 +310,7 @@ def write_png(dirname, cells, workloads, allocs):
             g.append('set title "%s: peak RSS (MiB)"' % wl)
             g.append("plot " + ", ".join('"%s" using 4:3:(0.6) with boxes lc rgb "%s" title ""'
                                          % (fn, colors.get(a, "black")) for a, fn in files))
-            g.append("set xtics autofreq; set autoscale x; set yrange [*:*]; set style fill empty")
+            g.append('set xtics autofreq; set autoscale x; set yrange [*:*]; set style fill empty; set format y "%.1s%c"')
             continue
         g.append("set logscale x 2")
         g.append("set xrange [%f:%f]" % (min(threads) / 1.25, max(threads) * 1.25))
