@@ -75,9 +75,10 @@ if [ "$quick" = 1 ]; then
   hf_runs=1; hf_warmup=0; ob_messages=100000
 else
   mode_name="full"; : "${reps:=5}"; : "${seconds:=0.8}"; warmup=0.2
-  hf_runs=2; hf_warmup=1; ob_messages=1000000
+  hf_runs=2; hf_warmup=1; ob_messages=500000
 fi
 case "$reps" in ''|*[!0-9]*|0) echo "bench-matrix: --reps wants a positive number" >&2; exit 2 ;; esac
+case "$seconds" in ''|*[!0-9.]*|*.*.*|.) echo "bench-matrix: --seconds wants a number like 0.5" >&2; exit 2 ;; esac
 
 # ---- packages ------------------------------------------------------------------------------
 bench_packages="libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 hyperfine gnuplot-nox python3 sqlite3"
@@ -104,14 +105,16 @@ install_missing() {
 [ "$install" = 1 ] && [ "$plan_only" = 0 ] && install_missing
 
 # ---- binaries --------------------------------------------------------------------------------
+# (make bench has built them already; run on its own, the script brings them up to date)
 own_bins="build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/bench/peak_rss"
-need_build=0
-for b in $own_bins; do [ -x "$b" ] || need_build=1; done
-if [ "$need_build" = 1 ]; then
-  echo "bench-matrix: building the benchmark programs"
-  make -s $own_bins || { echo "bench-matrix: build failed" >&2; exit 1; }
+if [ "$plan_only" = 0 ]; then
+  make -s $own_bins || { echo "bench-matrix: building the benchmark programs failed" >&2; exit 1; }
+  make -s build/libcmalloc.so > "${TMPDIR:-/tmp}/bench-matrix-make.$$" 2>&1 ||
+    echo "bench-matrix: notice: make build/libcmalloc.so failed$( [ -e build/libcmalloc.so ] && echo "; using the existing build/libcmalloc.so")"
+  make -s build/orderbook > "${TMPDIR:-/tmp}/bench-matrix-make.$$" 2>&1 ||
+    echo "bench-matrix: notice: make build/orderbook failed$( [ -x build/orderbook ] && echo "; using the existing binary")"
+  rm -f "${TMPDIR:-/tmp}/bench-matrix-make.$$"
 fi
-[ -e build/libcmalloc.so ] || make -s build/libcmalloc.so >/dev/null 2>&1 || true
 
 # ---- allocators ----------------------------------------------------------------------------
 find_lib() { # first existing library among the names, in the usual library directories
