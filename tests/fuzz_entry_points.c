@@ -8,8 +8,8 @@
  * few above the 8 MiB mmap threshold; alignments are any power of two up to 4 MiB (and a few
  * invalid ones, which must fail with EINVAL).
  *
- * Every block is filled with a pattern derived from its tag and offset (all of it up to 8 KiB;
- * for bigger blocks the first and last 4 KiB and a word every 64 KiB), checked before it is
+ * Every block is filled with a pattern derived from its tag and offset (all of it up to 2 KiB;
+ * for bigger blocks the first and last 512 bytes and 8 bytes every 64 KiB), checked before it is
  * freed or reallocated (realloc: the kept prefix), and checked for alignment, usable size and
  * (calloc) zeroes. cm_heap_check() runs every 64 operations and at the end; at the end every
  * block is freed, the heap checked again, and (in the prefixed build, where the harness is
@@ -92,19 +92,19 @@ static uint8_t take8(reader *r) { return r->at < r->size ? r->data[r->at++] : 0;
 static uint32_t take16(reader *r) { return (uint32_t)take8(r) | (uint32_t)take8(r) << 8; }
 static uint32_t take32(reader *r) { return take16(r) | take16(r) << 16; }
 
-/* A size biased to small: 70% below 1 KiB, 20% up to 256 KiB (the size classes), 8% up to
- * 8 MiB (page-heap spans), 2% up to 24 MiB (above the mmap threshold). Some exact edges. */
+/* A size biased to small: 75% below 1 KiB, 18% up to 256 KiB (the size classes), 4% up to
+ * 8 MiB (page-heap spans), 1% up to 24 MiB (above the mmap threshold). Some exact edges. */
 static size_t take_size(reader *r)
 {
     uint8_t kind = take8(r);
     uint32_t x = take32(r);
-    if (kind < 179)
+    if (kind < 192)
         return x % 1025;
-    if (kind < 230)
+    if (kind < 238)
         return x % (256 * KiB + 1);
-    if (kind < 245)
+    if (kind < 248)
         return 256 * KiB + x % (8 * MiB - 256 * KiB + 1);
-    if (kind < 250)
+    if (kind < 251)
         return 8 * MiB + x % (16 * MiB + 1);
     static const size_t edges[] = {0, 1, 15, 16, 17, 1024, 1025, 256 * KiB, 256 * KiB + 1,
                                    8 * MiB, 8 * MiB + 1, 8 * KiB, 8 * KiB - 1};
@@ -141,8 +141,8 @@ static inline unsigned char pattern(uint32_t tag, size_t offset)
 }
 
 /* Calls f(offset, length) over the sampled regions of the first `size` bytes. */
-#define SAMPLE_FULL (8 * KiB)
-#define SAMPLE_EDGE (4 * KiB)
+#define SAMPLE_FULL (2 * KiB)
+#define SAMPLE_EDGE (512)
 #define SAMPLE_STRIDE (64 * KiB)
 
 static void fill_range(const block *b, size_t from, size_t to)
@@ -533,7 +533,7 @@ static void run(const uint8_t *data, size_t size)
             break;
         }
         case 17: { /* malloc_trim: give memory back, blocks stay intact */
-            if (take8(&r) % 4 != 0)
+            if (take8(&r) % 16 != 0)
                 break;
             FZ(malloc_trim)(0);
             for (int i = 0; i < SLOTS; i++)
