@@ -202,6 +202,27 @@ def write_md(path, cells, workloads, allocs, info, failures, have_png):
                 a, "%.2f" % gs if gs else "-", "%.2f" % gr if gr else "-", wins[a], len(keys),
                 len(sr)))
         L.append("")
+        # the same per workload: one row each, geometric mean over its thread counts
+        L.append("Speed × jemalloc by workload (geometric mean over the thread counts; "
+                 "peak RSS × jemalloc in brackets):\n")
+        L.append("| workload | " + " | ".join(allocs) + " |")
+        L.append("|---|" + "---:|" * len(allocs))
+        for wl in workloads:
+            threads = sorted({c["threads"] for c in cells if c["workload"] == wl}, key=int)
+            row = []
+            for a in allocs:
+                sr, rr = [], []
+                for t in threads:
+                    c, b = by.get((wl, t, a)), by.get((wl, t, BASELINE))
+                    if c and b and speed(c) and speed(b):
+                        sr.append(speed(c) / speed(b))
+                    if c and b and c["peak_rss_kib"] and b["peak_rss_kib"]:
+                        rr.append(c["peak_rss_kib"] / b["peak_rss_kib"])
+                gs, gr = geomean(sr), geomean(rr)
+                row.append("%s (%s)" % ("%.2f" % gs if gs else "-", "%.2f" % gr if gr else "-")
+                           if gs or gr else "")
+            L.append("| %s | %s |" % (wl, " | ".join(row)))
+        L.append("")
     if have_png:
         L.append("![ops/s and peak RSS against threads](matrix.png)\n")
 
