@@ -6,6 +6,7 @@
  * these calls (a test that silently ran on glibc's malloc would prove nothing).
  *
  * What is checked (the contract of DESIGN.md, "The public surface" and "Invariants"):
+ *   - allocation works before main: in a constructor, from threads racing to initialize;
  *   - malloc(0) and realloc(NULL, 0) return unique, non-NULL pointers;
  *   - every pointer is 16-byte aligned, for every size from 0 to several MiB;
  *   - malloc_usable_size(p) >= the request, and all of it is writable and does not overlap
@@ -37,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -179,6 +181,69 @@ static void check_block(void *p, size_t size, size_t alignment, const char *what
 }
 
 /* ---------------------------------------------------------------------------------------- */
+
+/* Allocation before main, from the first constructor, from several threads at once (the
+ * allocator may not be initialized yet: DESIGN.md, lazy and idempotent initialization). The
+ * results are checked by test_before_main. */
+enum { EARLY_THREADS = 4 };
+static void *early_block;
+static int early_ok[EARLY_THREADS + 1];
+
+static int early_work(void)
+{
+    void *p[6];
+    p[0] = malloc(24);
+    p[1] = calloc(10, 1000);
+    p[2] = realloc(NULL, 70000);
+    p[3] = memalign(4096, 100);
+    p[4] = aligned_alloc(64, 256);
+    p[5] = malloc(3 * 1024 * 1024);
+    int ok = 1;
+    for (int i = 0; i < 6; i++)
+        if (p[i] == NULL || ((uintptr_t)p[i] & 15) != 0)
+            ok = 0;
+    if (ok && first_nonzero(p[1], 10000) != 10000)
+        ok = 0;
+    for (int i = 0; i < 6; i++)
+        free(p[i]);
+    return ok;
+}
+
+static void *early_thread(void *arg)
+{
+    int *ok = arg;
+    *ok = early_work();
+    return NULL;
+}
+
+__attribute__((constructor(101))) static void early_constructor(void)
+{
+    pthread_t t[EARLY_THREADS];
+    int started = 0;
+    for (int i = 0; i < EARLY_THREADS; i++)
+        if (pthread_create(&t[i], NULL, early_thread, &early_ok[i]) == 0)
+            started++;
+    early_ok[EARLY_THREADS] = early_work();
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    early_block = malloc(5000);
+    if (early_block != NULL)
+        memset(early_block, 0x3c, 5000);
+}
+
+static void test_before_main(void **state)
+{
+    (void)state;
+    for (int i = 0; i <= EARLY_THREADS; i++)
+        CHECK(early_ok[i] == 1, "allocation before main (in a constructor, %s %d) failed",
+              i < EARLY_THREADS ? "thread" : "the constructor itself", i);
+    CHECK(early_block != NULL, "malloc in a constructor returned NULL");
+    CHECK(first_not_byte(early_block, 5000, 0x3c) == 5000,
+          "a block allocated before main was overwritten");
+    CHECK(malloc_usable_size(early_block) >= 5000, "usable size %zu",
+          malloc_usable_size(early_block));
+    free(early_block);
+}
 
 /* The binary really runs on cmalloc: its counters see our allocations. */
 static void test_served_by_cmalloc(void **state)
@@ -1098,6 +1163,7 @@ int main(void)
         cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_served_by_cmalloc),
+        cmocka_unit_test(test_before_main),
         cmocka_unit_test(test_malloc_zero_unique),
         cmocka_unit_test(test_alignment_usable_overlap),
         cmocka_unit_test(test_calloc_zeroes),
