@@ -144,7 +144,9 @@ for name in ("malloc", "free", "calloc", "realloc", "posix_memalign", "malloc_us
 print("malloc served by libcmalloc")
 EOF
 
-if have python3; then
+if have python3 && ! python3 -c 'import ctypes, hashlib, json, threading, zlib' 2>/dev/null; then
+    echo "  SKIP: python3 lacks a standard module the job uses (ctypes, hashlib, json, zlib)"
+elif have python3; then
     check python3 env PYTHONHASHSEED=0 python3 "$tmp/job.py"
     check python3-PYTHONMALLOC=malloc env PYTHONHASHSEED=0 PYTHONMALLOC=malloc python3 "$tmp/job.py"
     echo "-- python3: malloc symbols resolve into libcmalloc.so"
@@ -180,7 +182,9 @@ delete $h{"k$_"} for grep { $_ % 3 } 1 .. 100000;
 print "left ", scalar(keys %h), "\n";
 EOF
 
-if have perl; then
+if have perl && ! perl -MDigest::MD5 -e 1 2>/dev/null; then
+    echo "  SKIP: perl lacks Digest::MD5 (perl-base only?)"
+elif have perl; then
     check perl perl "$tmp/job.pl"
 else
     skip perl
