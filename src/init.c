@@ -5,7 +5,10 @@
  * cm_initialized is set; pthread_atfork, which may allocate, runs after.
  * Fork: the prepare handler takes every allocator lock in the order written in internal.h;
  * the parent releases them and the child makes them new, so a child of a multi-threaded
- * parent can allocate.
+ * parent can allocate. glibc runs prepare handlers in reverse order of registration, so ours
+ * must be registered before anyone else's that may allocate: a priority constructor
+ * initializes the allocator before ordinary constructors run (in the same module, and for a
+ * preloaded library before the program's own).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -53,4 +56,10 @@ void cm_init(void)
     cm_thread_cache_init();
     __atomic_store_n(&cm_initialized, 1, __ATOMIC_RELEASE);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+__attribute__((constructor(101))) static void init_early(void)
+{
+    if (!cm_initialized)
+        cm_init();
 }

@@ -80,21 +80,35 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
                                      : cm_class_of_medium[(size + 127) >> 7];
 }
 
-/* pagemap.c: page number -> span, two levels over 48-bit addresses, lock-free reads */
+/* pagemap.c: page number -> span and size class, two levels over 48-bit addresses, lock-free
+ * reads. The class byte beside each span pointer lets free find a small object's class without
+ * touching the span. */
 #define CM_PAGEMAP_LEAF_BITS 18
+#define CM_PAGEMAP_LEAF_ENTRIES ((size_t)1 << CM_PAGEMAP_LEAF_BITS)
 #define CM_PAGEMAP_ROOT_BITS (CM_ADDRESS_BITS - CM_PAGE_SHIFT - CM_PAGEMAP_LEAF_BITS)
-extern cm_span **cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
+typedef struct cm_pagemap_leaf {
+    cm_span *spans[CM_PAGEMAP_LEAF_ENTRIES];
+    uint8_t size_classes[CM_PAGEMAP_LEAF_ENTRIES]; /* spans[i]->size_class, or 0 */
+} cm_pagemap_leaf;
+extern cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
 bool cm_pagemap_ensure(uintptr_t page, size_t pages);
 void cm_pagemap_set(uintptr_t page, cm_span *span);
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
 void cm_pagemap_fork(int phase);
-static inline cm_span *cm_pagemap_lookup(const void *address)
+static inline cm_pagemap_leaf *cm_pagemap_leaf_of(const void *address)
 {
-    uintptr_t page = (uintptr_t)address >> CM_PAGE_SHIFT;
     if (CM_UNLIKELY((uintptr_t)address >> CM_ADDRESS_BITS))
         return NULL;
-    cm_span **leaf = cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS];
-    return leaf ? leaf[page & ((1u << CM_PAGEMAP_LEAF_BITS) - 1)] : NULL;
+    return cm_pagemap_root[(uintptr_t)address >> (CM_PAGE_SHIFT + CM_PAGEMAP_LEAF_BITS)];
+}
+static inline size_t cm_pagemap_index(const void *address)
+{
+    return ((uintptr_t)address >> CM_PAGE_SHIFT) & (CM_PAGEMAP_LEAF_ENTRIES - 1);
+}
+static inline cm_span *cm_pagemap_lookup(const void *address)
+{
+    cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(address);
+    return leaf ? leaf->spans[cm_pagemap_index(address)] : NULL;
 }
 /* The span that really holds address, or NULL: rejects stale pagemap entries. */
 static inline cm_span *cm_span_of(const void *address)
@@ -182,7 +196,7 @@ static inline void *cm_link_next(const void *object)
 {
     return (void *)(*(const uintptr_t *)object ^ (uintptr_t)object ^ cm_list_key);
 }
-CM_COLD void cm_report_corrupt_list(const void *object);
+CM_COLD __attribute__((noreturn)) void cm_report_corrupt_list(const void *object);
 static inline void *cm_link_next_checked(const void *object)
 {
     void *next = cm_link_next(object);
@@ -194,8 +208,8 @@ static inline void *cm_link_next_checked(const void *object)
 /* ---- fast paths ----------------------------------------------------------------------------
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
  * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test, a table read, a pop (with a link check). free: a pagemap read, a push,
- * and a budget test.
+ * with no extra test. malloc: a size test, a table read, a pop (with a link check). free: a
+ * pagemap read of the class byte, a push, and a budget test.
  */
 static inline void *cm_alloc(size_t size)
 {
@@ -216,10 +230,10 @@ static inline void *cm_alloc(size_t size)
 
 static inline void cm_free(void *p)
 {
-    cm_span *span = cm_pagemap_lookup(p);
+    cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
     cm_thread_cache *cache = cm_thread_cache_current;
-    if (CM_LIKELY(span != NULL && span->size_class != 0)) {
-        unsigned size_class = span->size_class;
+    unsigned size_class;
+    if (CM_LIKELY(leaf != NULL && (size_class = leaf->size_classes[cm_pagemap_index(p)]) != 0)) {
         cm_free_list *list = &cache->lists[size_class];
         if (CM_LIKELY(list->length < list->max_length && p != list->head)) {
             cm_link_set(p, list->head);

@@ -2,19 +2,18 @@
  *
  *   address:  | 17 bits: root index | 18 bits: leaf index | 13 bits: offset in page |
  *   root      static array of 2^17 leaf pointers (1 MiB of .bss, touched only where used)
- *   leaf      2^18 span pointers (2 MiB mapped on demand, resident only where written),
- *             covering 2 GiB of address space
+ *   leaf      2^18 span pointers and 2^18 size-class bytes (2.25 MiB mapped on demand,
+ *             resident only where written), covering 2 GiB of address space
  *
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
  * freed or moved. pagemap_lock serializes only leaf creation. Writers of entries are the page
  * heap (under its lock) and the mmap path (for pages it alone owns), after cm_pagemap_ensure.
- * Invariant: an entry is NULL or points to the live span that contains its page.
+ * Invariant: an entry is NULL or points to the live span that contains its page, and its
+ * class byte equals that span's size_class (0 when NULL).
  */
 #include "internal.h"
 
-#define LEAF_ENTRIES ((size_t)1 << CM_PAGEMAP_LEAF_BITS)
-
-cm_span **cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
+cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
 static cm_lock pagemap_lock = CM_LOCK_INIT;
 
 /* Makes sure leaves exist for pages [page, page + pages). False when the OS refuses memory. */
@@ -26,7 +25,7 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
             continue;
         cm_lock_acquire(&pagemap_lock);
         if (cm_pagemap_root[i] == NULL) {
-            cm_span **leaf = cm_os_map(LEAF_ENTRIES * sizeof(cm_span *));
+            cm_pagemap_leaf *leaf = cm_os_map((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1));
             if (leaf == NULL) {
                 cm_lock_release(&pagemap_lock);
                 return false;
@@ -40,7 +39,10 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
 
 void cm_pagemap_set(uintptr_t page, cm_span *span)
 {
-    cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS][page & (LEAF_ENTRIES - 1)] = span;
+    cm_pagemap_leaf *leaf = cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS];
+    size_t i = page & (CM_PAGEMAP_LEAF_ENTRIES - 1);
+    leaf->spans[i] = span;
+    leaf->size_classes[i] = span ? span->size_class : 0;
 }
 
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span)
