@@ -2,7 +2,7 @@
 # Installs what building and testing cmalloc needs on a fresh Debian machine.
 # Idempotent: packages already present are skipped, so it is cheap to run every time.
 set -eu
-want="build-essential libcmocka-dev pkg-config python3 perl sqlite3"
+want="build-essential libcmocka-dev pkg-config python3 perl sqlite3 valgrind"
 [ "${1:-}" = "--bench" ] && want="$want libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 hyperfine gnuplot-nox"
 missing=""
 for p in $want; do
