@@ -4,7 +4,8 @@
  *
  *   test_random_threads       8 threads allocate, realloc and free random sizes (seeded); every
  *                             object is filled with a tag at allocation and checked at free,
- *                             so overlapping or corrupted objects are caught.
+ *                             so overlapping or corrupted objects are caught; meanwhile the
+ *                             main thread calls malloc_trim(0) and reads the statistics.
  *   test_cross_thread_free    producers allocate, consumers (other threads) check and free,
  *                             through a queue; over several rounds the memory held must not
  *                             grow, and bytes in use come back to where they were.
@@ -32,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -204,6 +206,8 @@ struct random_arg {
     int index;
 };
 
+static atomic_int random_done;
+
 static void *random_worker(void *argp)
 {
     struct random_arg *arg = argp;
@@ -304,6 +308,7 @@ static void *random_worker(void *argp)
     free(slot);
     free(size);
     free(tag);
+    atomic_fetch_add(&random_done, 1);
     return NULL;
 }
 
@@ -316,7 +321,24 @@ static void test_random_threads(void **state)
     cmalloc_stats before = stats_now();
     for (int i = 0; i < RANDOM_THREADS; i++)
         args[i].index = i;
+    atomic_store(&random_done, 0);
     start_threads(t, RANDOM_THREADS, random_worker, args, sizeof args[0]);
+    /* Meanwhile, give memory back to the OS and read the statistics again and again: a span
+     * released while another thread uses it would show up as a corrupted object. */
+    int devnull = open("/dev/null", O_WRONLY);
+    assert_true(devnull >= 0);
+    for (unsigned n = 0; atomic_load(&random_done) < RANDOM_THREADS; n++) {
+        malloc_trim(0);
+        cmalloc_stats s;
+        cmalloc_stats_get(&s);
+        struct mallinfo2 mi = mallinfo2();
+        (void)mi;
+        if (n % 16 == 0)
+            cmalloc_stats_print(devnull);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    close(devnull);
     join_threads(t, RANDOM_THREADS);
     expect_no_worker_errors();
     cmalloc_stats after = stats_now();
