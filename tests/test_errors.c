@@ -15,6 +15,10 @@
  *   test_double_free_large          free(p); free(p), 1 MiB      double free ... in free()
  *   test_realloc_invalid            realloc(&local, 64)          realloc(): invalid pointer
  *   test_usable_size_invalid        malloc_usable_size(p + 16)   malloc_usable_size(): ...
+ * and, in a copy of this binary re-executed with CMALLOC_CHECK=1 (`--run NAME`):
+ *   test_check_double_free_not_at_head  free(a); free(b); free(a)  double free ...
+ *   test_check_overrun_canary       p = malloc(40); p[40] = 'x'; free(p)
+ *                                   heap buffer overflow past the block at ...
  *
  * Keep-going mode: test_keep_going re-executes this binary (/proc/self/exe --keep-going) with
  * CMALLOC_ABORT_ON_ERROR=0 in its environment: options are read once when the allocator starts,
@@ -33,12 +37,9 @@
  *                                     pointer goes on the free list silently (later handed out
  *                                     by malloc, overlapping a live object). Only the slow path
  *                                     (list full or foreign thread state) reports it.
- *   pending_double_free_not_at_head   free(a); free(b); free(a): undetected (needs CMALLOC_CHECK)
  *   pending_double_free_huge          32 MiB freed twice: reported as "invalid pointer"
  *   pending_double_free_large_merged  1 MiB freed twice after its free left neighbour merged
  *                                     with it: reported as "invalid pointer"
- *   pending_overrun_canary            a write one byte past the request, caught at free
- *                                     (CMALLOC_CHECK=1, not implemented)
  *
  * Runtime: well under a second.
  */
@@ -114,6 +115,25 @@ static void read_all(int fd, char *buffer, size_t capacity)
     buffer[length] = '\0';
 }
 
+/* Set by the pending runner: when not NULL, run_child re-executes this binary with this
+ * variable added to the environment (`--run NAME`), for modes read once at start. */
+static const char *child_extra_env, *child_body_name;
+
+static void exec_self_with(const char *extra, const char *name)
+{
+    static char *env[512];
+    int n = 0;
+    env[n++] = (char *)extra;
+    size_t key = strcspn(extra, "=") + 1;
+    for (char **e = environ; *e && n < 510; e++)
+        if (strncmp(*e, extra, key) != 0)
+            env[n++] = *e;
+    env[n] = NULL;
+    char *args[] = {"test_errors", "--run", (char *)name, NULL};
+    execve("/proc/self/exe", args, env);
+    _exit(127);
+}
+
 /* Runs body in a forked child with stderr captured; the child exits 0 if body returns. */
 static void run_child(void (*body)(void), child_result *result)
 {
@@ -129,6 +149,8 @@ static void run_child(void (*body)(void), child_result *result)
         dup2(pipe_fds[1], 2);
         close(pipe_fds[1]);
         alarm(20);
+        if (child_extra_env != NULL)
+            exec_self_with(child_extra_env, child_body_name);
         body();
         _exit(0);
     }
@@ -587,31 +609,85 @@ static void test_keep_going(void **state)
 
 /* ---- pending runner ------------------------------------------------------------------------ */
 
+typedef struct pending_check {
+    const char *name;
+    void (*body)(void);
+    const char *format;
+    const char *env; /* added to the child's environment, or NULL */
+} pending_check;
+
+static const pending_check pending[] = {
+    {"pending_free_middle_of_small", free_middle_of_small, "cmalloc: free(): invalid pointer %p",
+     NULL},
+    {"pending_double_free_huge", double_free_huge, "cmalloc: double free %p in free()", NULL},
+    {"pending_double_free_large_merged", double_free_large_merged,
+     "cmalloc: double free %p in free()", NULL},
+};
+enum { PENDING = sizeof pending / sizeof pending[0] };
+
+/* Death tests that need CMALLOC_CHECK=1 in a re-executed child (in `make test`). */
+static const pending_check check_mode[] = {
+    {"check_double_free_not_at_head", double_free_not_at_head, "cmalloc: double free %p",
+     "CMALLOC_CHECK=1"},
+    {"check_overrun_canary", overrun_canary, "cmalloc: heap buffer overflow past the block at %p",
+     "CMALLOC_CHECK=1"},
+};
+enum { CHECK_MODE = sizeof check_mode / sizeof check_mode[0] };
+
+static void expect_death_reexec(const pending_check *c)
+{
+    child_extra_env = c->env;
+    child_body_name = c->name;
+    const char *failure = death_check(c->body, c->format);
+    child_extra_env = NULL;
+    if (failure != NULL)
+        fail_msg("with %s: %s", c->env, failure);
+}
+
+static void test_check_double_free_not_at_head(void **state)
+{
+    (void)state;
+    expect_death_reexec(&check_mode[0]);
+}
+
+static void test_check_overrun_canary(void **state)
+{
+    (void)state;
+    expect_death_reexec(&check_mode[1]);
+}
+
 static int pending_main(void)
 {
-    static const struct {
-        const char *name;
-        void (*body)(void);
-        const char *format;
-    } pending[] = {
-        {"pending_free_middle_of_small", free_middle_of_small,
-         "cmalloc: free(): invalid pointer %p"},
-        {"pending_double_free_not_at_head", double_free_not_at_head, "cmalloc: double free %p"},
-        {"pending_double_free_huge", double_free_huge, "cmalloc: double free %p in free()"},
-        {"pending_double_free_large_merged", double_free_large_merged,
-         "cmalloc: double free %p in free()"},
-        {"pending_overrun_canary", overrun_canary, "cmalloc: "},
-    };
     int failed = 0;
-    for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++) {
+    for (int i = 0; i < PENDING; i++) {
+        child_extra_env = pending[i].env;
+        child_body_name = pending[i].name;
         const char *failure = death_check(pending[i].body, pending[i].format);
-        printf("%s %s\n", failure ? "FAIL" : "ok  ", pending[i].name);
+        child_extra_env = NULL;
+        printf("%s %s%s%s\n", failure ? "FAIL" : "ok  ", pending[i].name,
+               pending[i].env ? " with " : "", pending[i].env ? pending[i].env : "");
         if (failure)
             printf("    %s\n", failure);
         failed += failure != NULL;
     }
-    printf("pending: %d of %zu still fail\n", failed, sizeof pending / sizeof pending[0]);
+    printf("pending: %d of %d still fail\n", failed, PENDING);
     return failed ? 1 : 0;
+}
+
+/* --run NAME: the body of a pending check, in a process re-executed by run_child. */
+static int run_main(const char *name)
+{
+    for (int i = 0; i < PENDING; i++)
+        if (strcmp(pending[i].name, name) == 0) {
+            pending[i].body();
+            return 0;
+        }
+    for (int i = 0; i < CHECK_MODE; i++)
+        if (strcmp(check_mode[i].name, name) == 0) {
+            check_mode[i].body();
+            return 0;
+        }
+    return 2;
 }
 
 int main(int argc, char **argv)
@@ -620,6 +696,8 @@ int main(int argc, char **argv)
         return keep_going_main();
     if (argc > 1 && strcmp(argv[1], "--pending") == 0)
         return pending_main();
+    if (argc > 2 && strcmp(argv[1], "--run") == 0)
+        return run_main(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_free_stack_address),
         cmocka_unit_test(test_free_foreign_mapping),
@@ -630,6 +708,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_realloc_invalid),
         cmocka_unit_test(test_usable_size_invalid),
         cmocka_unit_test(test_keep_going),
+        cmocka_unit_test(test_check_double_free_not_at_head),
+        cmocka_unit_test(test_check_overrun_canary),
     };
     return cmocka_run_group_tests_name("errors", tests, NULL, NULL);
 }
