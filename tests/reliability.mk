@@ -152,3 +152,12 @@ sanitize:
 	exit $$status
 
 .PHONY: sanitize sanitize-tsan sanitize-ubsan sanitize-asan
+
+# ---- soak ------------------------------------------------------------------------------------
+#   make soak SOAK_SECONDS=300   4 threads mixing sizes for minutes; RSS once a second must
+#                                stay flat (build/tests/test_release --soak); not in `make test`
+SOAK_SECONDS ?= 300
+soak: build/tests/test_release
+	build/tests/test_release --soak $(SOAK_SECONDS)
+
+.PHONY: soak

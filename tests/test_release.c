@@ -24,6 +24,9 @@
  * with no allocator call at all after the frees (issue 5: "below 25% of the peak after idle
  * release without any call") fails until release has a background thread or timer.
  *
+ * Soak (`build/tests/test_release --soak SECONDS`, `make soak SOAK_SECONDS=300`): threads mixing
+ * sizes for minutes; RSS sampled each second must stay flat (see soak_main).
+ *
  * Sizes: TEST_RELEASE_MIB (default 512; the issue says 1024) sets the total. Runtime: about
  * 2-4 s for the first two on two cores (page faults dominate), up to 10 s for the churn.
  */
@@ -31,6 +34,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -314,6 +318,90 @@ static void test_thread_churn(void **state)
     handed = NULL;
 }
 
+/* ---- soak (`make soak`, not in `make test`) ----------------------------------------------------
+ * 4 threads keep a working set of ~4000 blocks each, replacing random ones with new blocks of a
+ * random size (mostly small, some page-heap sized, a few mmap'd), and pass 1 in 8 to another
+ * thread to free. The main thread samples RSS and bytes mapped every second. Passes when the
+ * highest RSS of the last third of the run is within 25% (plus 16 MiB) of the highest of the
+ * first third: the working set is constant, so memory must be too. */
+enum { SOAK_THREADS = 4, SOAK_BLOCKS = 4000 };
+static volatile int soak_stop;
+static void *_Atomic soak_mailbox[SOAK_THREADS];
+
+static void *soak_thread(void *arg)
+{
+    unsigned index = (unsigned)(uintptr_t)arg;
+    uint64_t rng = 0x9E3779B97F4A7C15ULL * (index + 1);
+    static __thread void *blocks[SOAK_BLOCKS];
+    while (!soak_stop) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        unsigned slot = (unsigned)(rng >> 8) % SOAK_BLOCKS;
+        unsigned kind = (unsigned)(rng >> 40) % 1000;
+        size_t size = kind < 900 ? 8 + (rng >> 20) % 512
+                    : kind < 990 ? 512 + (rng >> 20) % (64 * KiB)
+                    : kind < 999 ? 256 * KiB + (rng >> 20) % (2 * MiB)
+                                 : 9 * MiB;
+        void *old = blocks[slot];
+        if (old && (rng & 7) == 0) { /* to another thread's mailbox; free what was there */
+            void *prev = atomic_exchange(&soak_mailbox[(index + 1) % SOAK_THREADS], old);
+            free(prev);
+        } else {
+            free(old);
+        }
+        char *p = malloc(size);
+        if (p) {
+            p[0] = 1;
+            p[size - 1] = 2;
+        }
+        blocks[slot] = p;
+        /* take mail addressed to us */
+        if ((rng & 63) == 1)
+            free(atomic_exchange(&soak_mailbox[index], NULL));
+    }
+    for (int i = 0; i < SOAK_BLOCKS; i++) {
+        free(blocks[i]);
+        blocks[i] = NULL;
+    }
+    return NULL;
+}
+
+static int soak_main(double seconds)
+{
+    pthread_t threads[SOAK_THREADS];
+    for (int i = 0; i < SOAK_THREADS; i++)
+        pthread_create(&threads[i], NULL, soak_thread, (void *)(uintptr_t)i);
+    int samples = (int)seconds;
+    if (samples < 3)
+        samples = 3;
+    size_t *rss = calloc((size_t)samples, sizeof *rss);
+    printf("soak: %d threads for %d s (RSS and mapped, KiB, once a second)\n", SOAK_THREADS, samples);
+    for (int i = 0; i < samples; i++) {
+        sleep(1);
+        cmalloc_stats stats;
+        cmalloc_stats_get(&stats);
+        rss[i] = resident_bytes();
+        printf("  %4d s  rss %8zu  mapped %8zu  in use %8zu\n", i + 1, rss[i] / KiB,
+               stats.bytes_mapped / KiB, stats.bytes_in_use / KiB);
+        fflush(stdout);
+    }
+    soak_stop = 1;
+    for (int i = 0; i < SOAK_THREADS; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < SOAK_THREADS; i++)
+        free(atomic_exchange(&soak_mailbox[i], NULL));
+    size_t first = 0, last = 0;
+    int third = samples / 3;
+    for (int i = 0; i < third; i++)
+        first = rss[i] > first ? rss[i] : first;
+    for (int i = samples - third; i < samples; i++)
+        last = rss[i] > last ? rss[i] : last;
+    bool ok = last <= first + first / 4 + 16 * MiB;
+    printf("soak: highest RSS in the first third %zu KiB, in the last third %zu KiB: %s\n",
+           first / KiB, last / KiB, ok ? "flat" : "GROWING");
+    free(rss);
+    return ok ? 0 : 1;
+}
+
 /* ---- pending ------------------------------------------------------------------------------- */
 
 static int pending_main(void)
@@ -331,6 +419,8 @@ int main(int argc, char **argv)
         return idle_child_main(argv[2]);
     if (argc > 1 && strcmp(argv[1], "--pending") == 0)
         return pending_main();
+    if (argc > 1 && strcmp(argv[1], "--soak") == 0)
+        return soak_main(argc > 2 ? atof(argv[2]) : 300);
     const char *filter = getenv("TEST_FILTER");
     if (filter != NULL)
         cmocka_set_test_filter(filter);
