@@ -23,10 +23,10 @@
  *
  * TEST_FILTER (a cmocka glob such as "*calloc*") runs some tests only.
  *
- * Compiled by the Makefile with -O1 and without -fno-builtin: the compiler knows what malloc,
- * calloc and memset mean and may delete a malloc/free pair, a store before free, or a read of
- * calloc'ed memory it "knows" is zero. Pointers therefore pass through opaque() and fills end
- * with clobber() so every call and every byte access really happens.
+ * Built with optimization, and possibly without -fno-builtin: then the compiler knows what
+ * malloc, calloc and memset mean and may delete a malloc/free pair, a store before free, or a
+ * read of calloc'ed memory it "knows" is zero. Pointers therefore pass through opaque() and
+ * fills end with clobber() so every call and every byte access really happens either way.
  */
 #define _GNU_SOURCE
 #include <errno.h>
