@@ -8,22 +8,30 @@
  *                    space at the bump pointer), doubly linked; full spans are on no list.
  *
  * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit) and alloc.c
- * (threads whose cache is gone). Lock: each class's own; the page heap lock is taken inside
+ * (threads whose cache is gone).
+ * Release by age: batches that sat in a transfer cache through a whole interval of
+ * CMALLOC_RELEASE_DELAY_MS (below the interval's low-water mark) go back to their spans, so
+ * that spans can empty and the page heap can return them; checked on fills and flushes. Lock: each class's own; the page heap lock is taken inside
  * it to get or return spans. Invariant per class:
  *   objects_out == sum of span->used over its spans
  *              == objects in thread caches + in the transfer cache + held by the program.
  */
 #include "internal.h"
 
+#include <stdatomic.h>
+#include <string.h>
+
 typedef struct central {
     cm_lock lock;
     unsigned transfer_count;            /* batches in transfer[] */
     void *transfer[CM_TRANSFER_SLOTS];  /* full batches */
+    unsigned transfer_low_water;        /* fewest batches held since the last decay tick */
     cm_span *spans;                     /* spans with room */
     size_t objects_out;
 } __attribute__((aligned(64))) central;
 
 static central centrals[CM_CLASSES_MAX] = {[0 ... CM_CLASSES_MAX - 1] = {.lock = CM_LOCK_INIT}};
+static _Atomic uint64_t next_decay_ms;
 
 static void span_list_add(central *c, cm_span *span)
 {
@@ -99,6 +107,8 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
     cm_lock_acquire(&c->lock);
     if (c->transfer_count > 0) {
         *head = c->transfer[--c->transfer_count];
+        if (c->transfer_count < c->transfer_low_water)
+            c->transfer_low_water = c->transfer_count;
         cm_lock_release(&c->lock);
         return cm_classes[size_class].batch;
     }
@@ -141,6 +151,36 @@ void cm_central_flush(unsigned size_class, void *head, unsigned count)
     else
         span_push_list_locked(c, head);
     cm_lock_release(&c->lock);
+}
+
+/* Gives back to their spans the batches no thread took during the last interval (those
+ * below the low-water mark, at the bottom of the stack). */
+static void decay_transfer_caches(void)
+{
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        central *c = &centrals[size_class];
+        cm_lock_acquire(&c->lock);
+        unsigned idle = c->transfer_low_water < c->transfer_count ? c->transfer_low_water : c->transfer_count;
+        for (unsigned i = 0; i < idle; i++)
+            span_push_list_locked(c, c->transfer[i]);
+        memmove(c->transfer, c->transfer + idle, (c->transfer_count - idle) * sizeof c->transfer[0]);
+        c->transfer_count -= idle;
+        c->transfer_low_water = c->transfer_count;
+        cm_lock_release(&c->lock);
+    }
+}
+
+/* Runs the decay at most once per interval; cheap when not due (one clock read). */
+void cm_central_tick(void)
+{
+    int64_t delay = cm_option.release_delay_ms;
+    if (delay < 0)
+        return;
+    uint64_t now = cm_os_now_ms(), due = atomic_load_explicit(&next_decay_ms, memory_order_relaxed);
+    uint64_t interval = delay > 10 ? (uint64_t)delay : 10;
+    if (now < due || !atomic_compare_exchange_strong(&next_decay_ms, &due, now + interval))
+        return;
+    decay_transfer_caches();
 }
 
 /* Empties every transfer cache into the spans, so that wholly free spans reach the page heap. */

@@ -137,6 +137,7 @@ void cm_page_heap_fork(int phase);
 unsigned cm_central_fill(unsigned size_class, unsigned count, void **head);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_drain(void);
+void cm_central_tick(void);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length);
 bool cm_central_valid(void);

@@ -21,7 +21,7 @@ typedef struct option_entry {
 static const option_entry options[] = {
     {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, 8 << 20,
      "requests above this many bytes get their own mmap (and mremap on realloc)"},
-    {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, 0, 4 << 20,
+    {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, 0, 2 << 20,
      "most bytes one thread's cache may hold"},
     {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, 0, 64 << 20,
      "most bytes all thread caches together may hold"},

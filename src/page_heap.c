@@ -237,6 +237,7 @@ static void *background_release(void *unused)
     for (;;) {
         uint64_t delay = (uint64_t)cm_option.release_delay_ms;
         cm_os_sleep_ms(delay / 2 > 10 ? delay / 2 : 10);
+        cm_central_tick();
         cm_page_heap_release(false);
     }
     return NULL;

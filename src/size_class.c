@@ -6,7 +6,8 @@
  *            so every object is 16-byte aligned.
  *   pages    the fewest pages holding min(8 objects, 256 KiB) whose tail waste <= 12.5%.
  *   batch    objects per fill/flush: 64 KiB / size, clamped to [2, CM_BATCH_MAX].
- *   transfer batches the central transfer cache keeps: 2 MiB / batch bytes, clamped [4, 64].
+ *   transfer batches the central transfer cache keeps: 512 KiB / batch bytes, clamped [2, 64]
+ *            (idle batches are drained by age, central_cache.c).
  * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to 1 KiB and in
  * 128-byte steps above (every class above 1 KiB is a multiple of 128). Class 0 is never used.
  * Invariant: cm_classes[cm_size_class(n)].size is the smallest class size >= n.
@@ -40,7 +41,7 @@ static void add_class(size_t size)
     c->objects = (uint32_t)(c->pages * CM_PAGE_SIZE / size);
     c->batch = (uint32_t)clamp((64u << 10) / size, 2, CM_BATCH_MAX);
     c->transfer_capacity =
-        (uint32_t)clamp((2u << 20) / ((size_t)c->batch * size), 4, CM_TRANSFER_SLOTS);
+        (uint32_t)clamp((512u << 10) / ((size_t)c->batch * size), 2, CM_TRANSFER_SLOTS);
 }
 
 void cm_size_class_init(void)

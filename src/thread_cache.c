@@ -39,7 +39,7 @@ static pthread_key_t exit_key;
 
 static uint32_t list_cap(unsigned size_class)
 {
-    uint32_t batch = cm_classes[size_class].batch, by_bytes = (uint32_t)((1u << 20) / cm_classes[size_class].size);
+    uint32_t batch = cm_classes[size_class].batch, by_bytes = (uint32_t)((256u << 10) / cm_classes[size_class].size);
     uint32_t cap = by_bytes < 8192 ? by_bytes : 8192;
     return cap > batch ? cap : batch;
 }
@@ -182,6 +182,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         else if (list->max_length + batch <= list_cap(size_class))
             list->max_length += batch;
         uint32_t want = list->max_length < batch ? list->max_length : batch;
+        cm_central_tick();
         unsigned n = cm_central_fill(size_class, want, &head);
         if (n == 0)
             return NULL;

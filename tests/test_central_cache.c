@@ -89,6 +89,33 @@ static void empty_spans_return_to_the_page_heap(void **state)
     assert_true(cm_page_heap_valid());
 }
 
+static void idle_batches_return_to_spans(void **state)
+{
+    (void)state;
+    unsigned c = test_class(), batch = cm_classes[c].batch;
+    int64_t saved_delay = cm_option.release_delay_ms;
+    cm_option.release_delay_ms = 20;
+    cm_central_drain();
+    void *head;
+    assert_int_equal(cm_central_fill(c, batch, &head), batch);
+    cm_central_flush(c, head, batch);
+    size_t cached;
+    cm_central_objects_out(c, &cached);
+    assert_int_equal(cached, batch);
+    /* A batch nobody takes goes back to its spans within two intervals of the decay tick
+     * (the first interval it lives through sets the low-water mark). */
+    uint64_t start = cm_os_now_ms();
+    while (cached != 0 && cm_os_now_ms() - start < 3000) {
+        cm_os_sleep_ms(5);
+        cm_central_tick();
+        cm_central_objects_out(c, &cached);
+    }
+    assert_int_equal(cached, 0);
+    assert_true(cm_os_now_ms() - start >= 20); /* not at once: only after idling */
+    assert_true(cm_heap_check());
+    cm_option.release_delay_ms = saved_delay;
+}
+
 int main(void)
 {
     cm_init();
@@ -96,6 +123,7 @@ int main(void)
         cmocka_unit_test(fill_hands_out_distinct_objects),
         cmocka_unit_test(full_batch_round_trips_through_transfer_cache),
         cmocka_unit_test(empty_spans_return_to_the_page_heap),
+        cmocka_unit_test(idle_batches_return_to_spans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
