@@ -15,6 +15,8 @@
 #     &malloc, lies in the expected object (dladdr): libcmalloc.so.0 from the expected directory,
 #     or the executable itself when linked statically.
 # The dynamic executable must also record libcmalloc.so.0 (the soname) as NEEDED.
+# With g++, a C++ program is linked both ways too, and every operator new/delete variant
+# (plain, array, nothrow, sized, aligned) must resolve to cmalloc's, not libstdc++'s.
 set -u
 
 top=$(pwd)
@@ -171,6 +173,105 @@ if $CC -std=gnu11 -Wall -Iinclude "$tmp/prog.c" -o "$tmp/prog-static" build/libc
 else
     fail "static: cannot build with build/libcmalloc.a:
 $(sed -n '1,10p' "$tmp/cc.err")"
+fi
+
+cat >"$tmp/prog.cc" <<'EOF'
+// Every operator new and delete of the program resolves to cmalloc's own (DESIGN.md: C++
+// operator new/delete exported with their mangled names, so C++ programs skip a layer).
+#include <cstdio>
+#include <cstring>
+#include <dlfcn.h>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <cmalloc.h>
+
+static void *base_of(void *address, const char **file)
+{
+    Dl_info info;
+    std::memset(&info, 0, sizeof info);
+    if (address == nullptr || dladdr(address, &info) == 0 || info.dli_fname == nullptr) {
+        *file = "?";
+        return nullptr;
+    }
+    *file = info.dli_fname;
+    return info.dli_fbase;
+}
+
+static size_t in_use()
+{
+    cmalloc_stats s;
+    std::memset(&s, 0, sizeof s);
+    cmalloc_stats_get(&s);
+    return s.bytes_in_use;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2)
+        return 2;
+    static const char *const symbols[] = {
+        "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
+        "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
+        "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
+        "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvRKSt9nothrow_t",
+        "_ZdaPvRKSt9nothrow_t", "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t",
+        "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t",
+        "_ZdlPvSt11align_val_tRKSt9nothrow_t", "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+    };
+    const char *main_file;
+    void *main_base = base_of(reinterpret_cast<void *>(&main), &main_file);
+    bool is_static = std::strcmp(argv[1], "static") == 0;
+    std::string want = std::string(argv[1]) + "/libcmalloc.so.0";
+    int failed = 0;
+    for (const char *symbol : symbols) {
+        const char *file;
+        void *base = base_of(dlsym(RTLD_DEFAULT, symbol), &file);
+        bool ok = is_static ? base == main_base : want == file;
+        if (!ok) {
+            std::printf("prog.cc: %s resolves into %s, not %s\n", symbol, file,
+                        is_static ? "the executable" : want.c_str());
+            failed = 1;
+        }
+    }
+    size_t before = in_use();
+    char *volatile block = new char[1 << 20];
+    std::memset(block, 1, 1 << 20);
+    std::vector<char> vector(1 << 20, 'v');
+    size_t during = in_use();
+    if (during < before + (2u << 20)) {
+        std::printf("prog.cc: bytes_in_use %zu -> %zu after 2 MiB of new\n", before, during);
+        failed = 1;
+    }
+    delete[] block;
+    if (!failed)
+        std::printf("prog.cc: every operator new/delete from %s\n",
+                    is_static ? "the executable" : want.c_str());
+    return failed;
+}
+EOF
+
+if command -v g++ >/dev/null 2>&1; then
+    CXX=${CXX:-g++}
+    echo "-- C++ dynamic: operator new/delete from libcmalloc.so.0"
+    if $CXX -std=c++17 -Wall -Iinclude "$tmp/prog.cc" -o "$tmp/prog-cxx-dynamic" -Lbuild -lcmalloc \
+        -ldl 2>"$tmp/cc.err"; then
+        run_prog c++-dynamic LD_LIBRARY_PATH="$top/build" "$tmp/prog-cxx-dynamic" "$top/build"
+    else
+        fail "C++ dynamic: cannot build with -Lbuild -lcmalloc:
+$(sed -n '1,10p' "$tmp/cc.err")"
+    fi
+    echo "-- C++ static: operator new/delete from build/libcmalloc.a"
+    if $CXX -std=c++17 -Wall -Iinclude "$tmp/prog.cc" -o "$tmp/prog-cxx-static" build/libcmalloc.a \
+        -ldl -pthread 2>"$tmp/cc.err"; then
+        run_prog c++-static "$tmp/prog-cxx-static" static
+    else
+        fail "C++ static: cannot build with build/libcmalloc.a:
+$(sed -n '1,10p' "$tmp/cc.err")"
+    fi
+else
+    echo "-- C++: SKIP, g++ is not installed"
 fi
 
 echo "-- installed: make install PREFIX=\$tmp, pkg-config --cflags --libs cmalloc"
