@@ -63,7 +63,8 @@ fuzz: build/fuzz/fuzz_entry_points | build/fuzz/corpus
 #   make sanitize-ubsan  UndefinedBehaviorSanitizer in the allocator: a copy of libcmalloc.a built
 #                        with -fsanitize=undefined -fno-sanitize-recover, linked into every
 #                        tests/test_*.c (but test_orderbook, which does not use it) and the fuzz
-#                        replay, all run as in `make test`
+#                        replay, all run as in `make test` (the test code is not instrumented:
+#                        some tests overrun blocks on purpose)
 #   make sanitize-asan   AddressSanitizer + UBSan over the order-book driver (its own objects,
 #                        built into build/asan/; ASan replaces malloc, so cmalloc is not in it):
 #                        its cmocka tests, then gen and replay (1 thread, 2 threads, pipeline)
@@ -97,11 +98,16 @@ build/ubsan/libcmalloc.a: $(UBSAN_OBJS)
 	rm -f $@
 	ar rcs $@ $(UBSAN_OBJS)
 
+# The tests themselves are compiled without UBSan (some overrun a block on purpose, which
+# -fsanitize=object-size would report); only the library is instrumented, and the UBSan runtime
+# is linked in.
 build/ubsan/tests/test_fuzz_replay: tests/fuzz_entry_points.c build/ubsan/libcmalloc.a | build/ubsan/tests
-	$(CC) $(TEST_CFLAGS) $(UBSAN_FLAGS) -DFUZZ_REPLAY_MAIN $< -o $@ build/ubsan/libcmalloc.a -lpthread
+	$(CC) $(TEST_CFLAGS) -DFUZZ_REPLAY_MAIN -c $< -o $@.o
+	$(CC) $(UBSAN_FLAGS) $@.o -o $@ build/ubsan/libcmalloc.a -lpthread
 
 build/ubsan/tests/%: tests/%.c build/ubsan/libcmalloc.a | build/ubsan/tests
-	$(CC) $(TEST_CFLAGS) $(UBSAN_FLAGS) $< -o $@ build/ubsan/libcmalloc.a -lcmocka -lpthread
+	$(CC) $(TEST_CFLAGS) -c $< -o $@.o
+	$(CC) $(UBSAN_FLAGS) -pthread $@.o -o $@ build/ubsan/libcmalloc.a -lcmocka -lpthread
 
 build/asan/orderbook-obj/%.o: $(OB_DIR)/%.c $(OB_DIR)/book.h include/cmalloc.h | build/asan/orderbook-obj
 	$(SAN_CC) -O1 -g $(WARN) $(OB_CFLAGS) $(ASAN_FLAGS) -c $< -o $@
