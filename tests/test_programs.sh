@@ -9,6 +9,7 @@
 #     report beginning with the line "cmalloc stats" to stderr at exit, which only happens when
 #     the library was loaded and its malloc was called;
 #   - the preloaded run must not print any "cmalloc:" message (invalid free, warnings).
+# The Python job also forks 20 times while two threads allocate (a hung child is reported).
 # Python also checks from the inside that malloc, free, calloc and realloc resolve into the
 # libcmalloc.so mapping of /proc/self/maps, and the C++ program that operator new is counted by
 # cmalloc_stats_get. A program that is missing is skipped with a notice; the test fails when
@@ -123,6 +124,37 @@ threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
 for t in threads: t.start()
 for t in threads: t.join()
 print("threads", results)
+
+# fork() while two threads allocate; each child allocates and exits. A child that hangs
+# (an allocator lock held across fork) is killed after 20 s and reported.
+import os, signal, time
+stop = []
+def churn():
+    while not stop:
+        junk = [bytearray(i % 5000) for i in range(200)]
+churners = [threading.Thread(target=churn) for _ in range(2)]
+for t in churners: t.start()
+good = hung = 0
+for i in range(20):
+    pid = os.fork()
+    if pid == 0:
+        d = {str(k): bytearray(k) for k in range(2000)}
+        os._exit(0 if len(d) == 2000 else 1)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            good += status == 0
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            hung += 1
+            break
+        time.sleep(0.001)
+stop.append(True)
+for t in churners: t.join()
+print("forks", good, "ok,", hung, "hung")
 EOF
 
 cat >"$tmp/served.py" <<'EOF'
