@@ -295,6 +295,8 @@ else
             [ "$pc_version" = "$header_version" ] ||
                 fail "installed: cmalloc.pc says version $pc_version, cmalloc.h $header_version"
             # Built outside the source tree, so only the installed header and library can be found.
+            # $flags is split into words on purpose.
+            # shellcheck disable=SC2086
             if (cd "$tmp" && $CC -std=gnu11 -Wall prog.c -o prog-installed $flags -ldl) \
                 2>"$tmp/cc.err"; then
                 run_prog installed LD_LIBRARY_PATH="$prefix/lib" "$tmp/prog-installed" "$prefix/lib"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086 # $limit is split into words on purpose
 # test_programs.sh - real programs run under LD_PRELOAD=build/libcmalloc.so.
 #
 # Run from the top directory (make test does). For each program that is installed (python3,
@@ -26,6 +27,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/cmalloc-programs.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
+# $limit is "timeout 300" or empty, split into words on purpose where it is used.
 limit=""
 command -v timeout >/dev/null 2>&1 && limit="timeout 300"
 
