@@ -319,12 +319,12 @@ static void test_thread_churn(void **state)
 }
 
 /* ---- soak (`make soak`, not in `make test`) ----------------------------------------------------
- * 4 threads keep a working set of ~4000 blocks each, replacing random ones with new blocks of a
- * random size (mostly small, some page-heap sized, a few mmap'd), and pass 1 in 8 to another
- * thread to free. The main thread samples RSS and bytes mapped every second. Passes when the
+ * 4 threads keep a working set of 2000 blocks each (about 200 MiB in all), replacing random
+ * ones with new blocks of a random size (mostly small, some page-heap sized, a few mmap'd),
+ * every byte written, and pass 1 in 8 to another thread to free. The main thread samples RSS and bytes mapped every second. Passes when the
  * highest RSS of the last third of the run is within 25% (plus 16 MiB) of the highest of the
  * first third: the working set is constant, so memory must be too. */
-enum { SOAK_THREADS = 4, SOAK_BLOCKS = 4000 };
+enum { SOAK_THREADS = 4, SOAK_BLOCKS = 2000 };
 static volatile int soak_stop;
 static void *_Atomic soak_mailbox[SOAK_THREADS];
 
@@ -349,10 +349,8 @@ static void *soak_thread(void *arg)
             free(old);
         }
         char *p = malloc(size);
-        if (p) {
-            p[0] = 1;
-            p[size - 1] = 2;
-        }
+        if (p)
+            memset(p, (int)index, size); /* all of it resident: RSS follows the working set */
         blocks[slot] = p;
         /* take mail addressed to us */
         if ((rng & 63) == 1)
