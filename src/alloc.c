@@ -20,6 +20,12 @@
 
 static _Atomic size_t mapped_live_bytes, mapped_live_count;
 
+/* Start addresses of the last MAPPED spans unmapped: a second free of one of them is told
+ * apart from a pointer cmalloc never made. */
+#define RECENTLY_UNMAPPED 64
+static _Atomic uintptr_t recently_unmapped[RECENTLY_UNMAPPED];
+static _Atomic unsigned recently_unmapped_next;
+
 size_t cm_mapped_live_bytes(size_t *count)
 {
     *count = atomic_load_explicit(&mapped_live_count, memory_order_relaxed);
@@ -91,6 +97,9 @@ static cm_span *map_span(size_t pages, size_t alignment)
 static void unmap_span(cm_span *span)
 {
     size_t bytes = span->pages << CM_PAGE_SHIFT;
+    unsigned slot = atomic_fetch_add_explicit(&recently_unmapped_next, 1, memory_order_relaxed);
+    atomic_store_explicit(&recently_unmapped[slot % RECENTLY_UNMAPPED], (uintptr_t)cm_span_start(span),
+                          memory_order_relaxed);
     cm_pagemap_set(span->page, NULL);
     cm_os_unmap(cm_span_start(span), bytes);
     cm_span_delete(span);
@@ -100,24 +109,45 @@ static void unmap_span(cm_span *span)
 
 /* A LARGE or MAPPED allocation of at least size bytes at an alignment >= CM_PAGE_SIZE's
  * divisors (alignment is a power of two). */
+/* When the OS refuses memory: give back everything cached (the calling thread's cache, the
+ * transfer caches) and unmap every free span, so that one retry can succeed. */
+static bool reclaim_for_retry(void)
+{
+    cm_thread_cache_flush_current();
+    cm_central_drain();
+    return cm_page_heap_unmap_free() > 0;
+}
+
+static cm_span *large_span(size_t size, size_t alignment)
+{
+    size_t pages = (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT;
+    return size > cm_option.mmap_threshold
+               ? map_span(pages, alignment)
+               : cm_page_heap_alloc(pages, alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
+}
+
 static void *alloc_large(size_t size, size_t alignment)
 {
     if (size > PTRDIFF_MAX - alignment - CM_PAGE_SIZE)
         return out_of_memory();
-    size_t pages = (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT;
-    cm_span *span = size > cm_option.mmap_threshold
-                        ? map_span(pages, alignment)
-                        : cm_page_heap_alloc(pages, alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
+    cm_span *span = large_span(size, alignment);
+    if (span == NULL && reclaim_for_retry())
+        span = large_span(size, alignment);
     return span ? cm_span_start(span) : out_of_memory();
+}
+
+static void *alloc_class(unsigned size_class)
+{
+    void *p = cm_thread_cache_alloc_slow(size_class);
+    if (p == NULL && reclaim_for_retry())
+        p = cm_thread_cache_alloc_slow(size_class);
+    return p ? p : out_of_memory();
 }
 
 /* An allocation without the debug mode's header, for cm_alloc_slow and check.c. */
 void *cm_alloc_unchecked(size_t size)
 {
-    if (size > CM_MAX_SMALL)
-        return alloc_large(size, CM_PAGE_SIZE);
-    void *p = cm_thread_cache_alloc_slow(cm_size_class(size));
-    return p ? p : out_of_memory();
+    return size > CM_MAX_SMALL ? alloc_large(size, CM_PAGE_SIZE) : alloc_class(cm_size_class(size));
 }
 
 void *cm_alloc_slow(size_t size)
@@ -142,10 +172,8 @@ void *cm_alloc_aligned(size_t alignment, size_t size)
         /* A class whose size is a multiple of alignment has every object aligned, since
          * spans start on page boundaries. */
         for (unsigned c = cm_size_class(size < alignment ? alignment : size); c < cm_class_count; c++) {
-            if (cm_classes[c].size % alignment == 0) {
-                void *p = cm_thread_cache_alloc_slow(c);
-                return p ? p : out_of_memory();
-            }
+            if (cm_classes[c].size % alignment == 0)
+                return alloc_class(c);
         }
     }
     return alloc_large(size, alignment);
@@ -153,13 +181,38 @@ void *cm_alloc_aligned(size_t alignment, size_t size)
 
 /* ---- free ---------------------------------------------------------------------------------- */
 
+/* Whether p, found in no span, was very likely handed out before: the start of a recently
+ * unmapped MAPPED span, or a page boundary inside a free span (a LARGE span merged with free
+ * neighbours after its free). Error path only: walks back through the pagemap. */
+static bool freed_before(const void *p)
+{
+    for (unsigned i = 0; i < RECENTLY_UNMAPPED; i++)
+        if (atomic_load_explicit(&recently_unmapped[i], memory_order_relaxed) == (uintptr_t)p)
+            return true;
+    if (((uintptr_t)p & (CM_PAGE_SIZE - 1)) != 0)
+        return false;
+    for (size_t back = 1; back <= CM_PAGEMAP_LEAF_ENTRIES; back++) {
+        const char *probe = (const char *)p - back * CM_PAGE_SIZE;
+        if (cm_pagemap_leaf_of(probe) == NULL)
+            return false;
+        cm_span *span = cm_span_of(probe);
+        if (span != NULL)
+            return span->state == CM_SPAN_FREE && cm_span_of(p) == NULL &&
+                   ((uintptr_t)p >> CM_PAGE_SHIFT) - span->page < span->pages;
+    }
+    return false;
+}
+
 /* The span of which p is an object start, or NULL; *problem says why not. */
 static cm_span *object_span(const void *p, const char **problem)
 {
     cm_span *span = cm_initialized ? cm_span_of(p) : NULL;
     *problem = "invalid pointer";
-    if (span == NULL)
+    if (span == NULL) {
+        if (cm_initialized && freed_before(p))
+            *problem = "double free";
         return NULL;
+    }
     size_t offset = (size_t)((const char *)p - (const char *)cm_span_start(span));
     switch (span->state) {
     case CM_SPAN_SMALL:
@@ -251,8 +304,9 @@ void *cm_calloc(size_t count, size_t size)
     void *p = cm_alloc(total);
     if (p == NULL)
         return NULL;
-    /* A fresh mapping is already zero. */
-    if (total <= cm_option.mmap_threshold || cm_pagemap_lookup(p)->state != CM_SPAN_MAPPED)
+    /* A fresh mapping is already zero (unless the debug mode filled it). */
+    if (total <= cm_option.mmap_threshold || cm_option.check ||
+        cm_pagemap_lookup(p)->state != CM_SPAN_MAPPED)
         memset(p, 0, total);
     return p;
 }

@@ -221,7 +221,7 @@ bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_lengt
 
 /* Checks every class: listed spans have room and account for each object
  * (used + free + never used == objects per span), transfer batches are whole batches of the
- * class, and objects_out covers them. */
+ * class, and objects_out covers both. */
 bool cm_central_valid(void)
 {
     bool ok = true;
@@ -242,7 +242,8 @@ bool cm_central_valid(void)
         }
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
             ok = cm_object_list_valid(size_class, c->transfer[i], info->batch);
-        ok = ok && c->objects_out >= listed_used + (size_t)c->transfer_count * info->batch;
+        /* Objects in transfer batches are also counted in their spans' used. */
+        ok = ok && c->objects_out >= listed_used && c->objects_out >= (size_t)c->transfer_count * info->batch;
         cm_lock_release(&c->lock);
     }
     return ok;

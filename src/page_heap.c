@@ -11,7 +11,8 @@
  * and last pages map to it and its inner pages map to NULL;
  * free_pages == sum of FREE span lengths, released_pages == sum over FREE spans with released.
  * Release by age: a free span idle for CMALLOC_RELEASE_DELAY_MS is madvised away, checked
- * whenever the heap is entered, or at once by cm_page_heap_release. With
+ * whenever the heap is entered, or at once by cm_page_heap_release. When the OS refuses memory,
+ * cm_page_heap_unmap_free unmaps every free span so that the retry can succeed. With
  * CMALLOC_BACKGROUND_RELEASE=1 a helper thread, started by the first free that leaves
  * resident free pages (and again in a forked child), also checks every half delay, so an idle
  * program gives memory back without calling the allocator.
@@ -281,6 +282,28 @@ size_t cm_page_heap_release(bool everything)
     cm_lock_acquire(&heap_lock);
     int64_t delay = cm_option.release_delay_ms;
     size_t pages = release_idle_locked(cm_os_now_ms(), everything || delay < 0 ? 0 : (uint64_t)delay);
+    cm_lock_release(&heap_lock);
+    return pages << CM_PAGE_SHIFT;
+}
+
+/* Unmaps every free span: the last resort when the OS refuses memory (address space limits
+ * count pages that are released but still mapped). Returns bytes unmapped. */
+size_t cm_page_heap_unmap_free(void)
+{
+    size_t pages = 0;
+    cm_lock_acquire(&heap_lock);
+    for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
+        cm_span **head = n <= CM_HEAP_LISTS ? &free_lists[n] : &large_list;
+        while (*head != NULL) {
+            cm_span *span = *head;
+            list_remove(span);
+            cm_pagemap_set(span->page, NULL);
+            cm_pagemap_set(span->page + span->pages - 1, NULL);
+            cm_os_unmap(cm_span_start(span), span->pages << CM_PAGE_SHIFT);
+            pages += span->pages;
+            cm_span_delete(span);
+        }
+    }
     cm_lock_release(&heap_lock);
     return pages << CM_PAGE_SHIFT;
 }

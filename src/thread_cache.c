@@ -15,7 +15,7 @@
  * that (other libraries' destructors) see thread_state == GONE and go to the central cache.
  * Lock: registry_lock guards the list of live caches, the spare caches and budget handover; it
  * is the outermost lock (internal.h). The caches themselves are touched only by their thread,
- * except for racy reads of `size` by stats and by fork's child handler.
+ * except for racy reads of `size` by stats.
  */
 #include "internal.h"
 
@@ -267,8 +267,10 @@ void cm_thread_cache_init(void)
     pthread_key_create(&exit_key, thread_exit);
 }
 
-/* In the child only the forking thread survives: the others' caches go back to the central
- * cache (whose locks the child handlers made new before this runs). */
+/* In the child only the forking thread survives. The others' caches are dropped from the
+ * registry but not walked: a thread may have been inside a lock-free fast path at the moment
+ * of fork, leaving its lists half-updated, so their objects are left unreachable (at most
+ * one cache budget per thread). */
 void cm_thread_cache_fork(int phase)
 {
     cm_lock_fork(&registry_lock, phase);
@@ -277,10 +279,8 @@ void cm_thread_cache_fork(int phase)
     cm_thread_cache *cache = registry;
     while (cache != NULL) {
         cm_thread_cache *next = cache->next;
-        if (cache != cm_thread_cache_current) {
-            release_all(cache);
+        if (cache != cm_thread_cache_current)
             unregister(cache);
-        }
         cache = next;
     }
 }
