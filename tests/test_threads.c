@@ -17,9 +17,10 @@
  *                             allocator's own (3 rounds per thread, 400 threads) frees the
  *                             thread's block, mallocs and frees: it works, and neither
  *                             memory nor thread caches leak.
- *   test_fork_while_allocating 200 forks while 2 threads allocate: every child mallocs, frees,
- *                             frees a block of the parent, sometimes starts a thread or forks
- *                             a grandchild, and _exits; some forks are made from a thread other
+ *   test_fork_while_allocating up to 300 forks (12 s at most, 20 at least) while 2 threads
+ *                             allocate: every child mallocs and frees, frees a block of the
+ *                             parent, sometimes starts a thread or forks a grandchild, and
+ *                             _exits; some forks are made from a thread other
  *                             than the main one; a child that deadlocks is killed (its own
  *                             alarm after 10 s, or the parent after 15 s) and a parent stuck in
  *                             fork() for 30 s ends the binary: a deadlock fails, never hangs.
@@ -28,8 +29,8 @@
  *                             child (allowed with glibc): fork neither deadlocks nor fails.
  *
  * The seed is printed; set TEST_SEED to repeat a run, TEST_FILTER (a cmocka
- * glob such as "*fork*") to run some tests only. Runtime on two idle cores: under 10 s, most
- * of it in the 200 forks (fork is slow on small VMs).
+ * glob such as "*fork*") to run some tests only. Runtime on two cores: about 20 s at most,
+ * 12 of them in the forks (fork is slow on small VMs).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -707,7 +708,17 @@ static void test_malloc_in_thread_exit_destructors(void **state)
 /* ---------------------------------------------------------------------------------------- */
 /* fork() while other threads allocate. */
 
-enum { FORKS = 200, BUSY_THREADS = 2 };
+/* Up to FORKS forks, but no more than FORK_SECONDS of them: a fork costs 15 ms to 150 ms on a
+ * small VM while other threads run (copy-on-write faults), and the whole file must stay within
+ * about 20 s on two cores. At least FORKS_MIN must fit. */
+enum { FORKS = 300, FORKS_MIN = 20, FORK_SECONDS = 12, BUSY_THREADS = 2 };
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static atomic_int busy_stop;
 
@@ -907,8 +918,9 @@ static void test_fork_while_allocating(void **state)
     for (int i = 0; i < BUSY_THREADS; i++)
         idx[i] = (unsigned)i;
     start_threads(t, BUSY_THREADS, busy_worker, idx, sizeof idx[0]);
-    int failures = 0, deadlocks = 0;
-    for (int f = 0; f < FORKS; f++) {
+    int failures = 0, deadlocks = 0, forks = 0;
+    const double start = seconds_now();
+    for (int f = 0; f < FORKS && seconds_now() - start < FORK_SECONDS; f++, forks++) {
         size_t parent_size = 100 + (size_t)f * 13;
         void *from_parent = malloc(parent_size);
         assert_non_null(from_parent);
@@ -952,11 +964,17 @@ static void test_fork_while_allocating(void **state)
     join_threads(t, BUSY_THREADS);
     alarm(0);
     sigaction(SIGALRM, &old_sa, NULL);
+    const double elapsed = seconds_now() - start;
+    print_message("  %d forks in %.1f s (%.1f ms each)\n", forks, elapsed,
+                  forks ? elapsed * 1000 / forks : 0.0);
     if (deadlocks != 0)
         fail_msg("a child of a multi-threaded parent deadlocked in malloc after fork");
     if (failures != 0)
         fail_msg("%d of %d children failed (allocation error or crash) after fork", failures,
-                 FORKS);
+                 forks);
+    if (forks < FORKS_MIN)
+        fail_msg("only %d forks in %d s: fork is far too slow while threads allocate", forks,
+                 FORK_SECONDS);
 }
 
 /* Allocation inside pthread_atfork handlers registered before main. */
