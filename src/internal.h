@@ -11,6 +11,10 @@
 #include "types.h"
 #include <stdbool.h>
 
+/* Everything declared here is internal to the library: hidden, so references are direct
+ * (PC-relative) rather than through the GOT. Exported entry points say CM_EXPORT. */
+#pragma GCC visibility push(hidden)
+
 #define CM_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define CM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define CM_NOINLINE    __attribute__((noinline))
@@ -89,6 +93,7 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 typedef struct cm_pagemap_leaf {
     cm_span *spans[CM_PAGEMAP_LEAF_ENTRIES];
     uint8_t size_classes[CM_PAGEMAP_LEAF_ENTRIES]; /* spans[i]->size_class, or 0 */
+    uint8_t span_pages[CM_PAGEMAP_LEAF_ENTRIES];   /* SMALL: pages from the span's start */
 } cm_pagemap_leaf;
 extern cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
 bool cm_pagemap_ensure(uintptr_t page, size_t pages);
@@ -211,7 +216,7 @@ static inline void *cm_link_next_checked(const void *object)
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
  * whose lists are all empty with max_length 0, so both paths fall through to the slow path
  * with no extra test. malloc: a size test, a table read, a pop (with a link check). free: a
- * pagemap read of the class byte, a push, and a budget test.
+ * pagemap read of the class byte, an object-boundary test, a push, and a budget test.
  */
 static inline void *cm_alloc(size_t size)
 {
@@ -234,10 +239,15 @@ static inline void cm_free(void *p)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
     cm_thread_cache *cache = cm_thread_cache_current;
+    size_t index = cm_pagemap_index(p);
     unsigned size_class;
-    if (CM_LIKELY(leaf != NULL && (size_class = leaf->size_classes[cm_pagemap_index(p)]) != 0)) {
+    if (CM_LIKELY(leaf != NULL && (size_class = leaf->size_classes[index]) != 0)) {
+        /* p must be an object start: its offset in the span a multiple of the class size. */
+        uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) |
+                          ((uintptr_t)p & (CM_PAGE_SIZE - 1));
+        uint64_t magic = cm_classes[size_class].divisor_magic;
         cm_free_list *list = &cache->lists[size_class];
-        if (CM_LIKELY(list->length < list->max_length && p != list->head)) {
+        if (CM_LIKELY(offset * magic < magic && list->length < list->max_length && p != list->head)) {
             cm_link_set(p, list->head);
             list->head = p;
             list->length++;
@@ -249,5 +259,7 @@ static inline void cm_free(void *p)
     }
     cm_free_slow(p, "free");
 }
+
+#pragma GCC visibility pop
 
 #endif /* CM_INTERNAL_H */

@@ -2,14 +2,15 @@
  *
  *   address:  | 17 bits: root index | 18 bits: leaf index | 13 bits: offset in page |
  *   root      static array of 2^17 leaf pointers (1 MiB of .bss, touched only where used)
- *   leaf      2^18 span pointers and 2^18 size-class bytes (2.25 MiB mapped on demand,
- *             resident only where written), covering 2 GiB of address space
+ *   leaf      2^18 span pointers, size-class bytes and page-in-span bytes (2.5 MiB mapped
+ *             on demand, resident only where written), covering 2 GiB of address space
  *
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
  * freed or moved. pagemap_lock serializes only leaf creation. Writers of entries are the page
  * heap (under its lock) and the mmap path (for pages it alone owns), after cm_pagemap_ensure.
  * Invariant: an entry is NULL or points to the live span that contains its page, and its
- * class byte equals that span's size_class (0 when NULL).
+ * class byte equals that span's size_class (0 when NULL) and, for a SMALL span, its page
+ * byte is the page's distance from the span's first page.
  */
 #include "internal.h"
 
@@ -43,6 +44,7 @@ void cm_pagemap_set(uintptr_t page, cm_span *span)
     size_t i = page & (CM_PAGEMAP_LEAF_ENTRIES - 1);
     leaf->spans[i] = span;
     leaf->size_classes[i] = span ? span->size_class : 0;
+    leaf->span_pages[i] = span && span->size_class ? (uint8_t)(page - span->page) : 0;
 }
 
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span)

@@ -6,6 +6,7 @@
  *            so every object is 16-byte aligned.
  *   pages    the fewest pages holding min(8 objects, 256 KiB) whose tail waste <= 12.5%.
  *   batch    objects per fill/flush: 64 KiB / size, clamped to [2, CM_BATCH_MAX].
+ *   magic    for free's test that a pointer lies on an object boundary (no division).
  *   transfer batches the central transfer cache keeps: 512 KiB / batch bytes, clamped [2, 64]
  *            (idle batches are drained by age, central_cache.c).
  * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to 1 KiB and in
@@ -40,6 +41,7 @@ static void add_class(size_t size)
     c->pages = pages_for(size);
     c->objects = (uint32_t)(c->pages * CM_PAGE_SIZE / size);
     c->batch = (uint32_t)clamp((64u << 10) / size, 2, CM_BATCH_MAX);
+    c->divisor_magic = UINT64_MAX / size + 1;
     c->transfer_capacity =
         (uint32_t)clamp((512u << 10) / ((size_t)c->batch * size), 2, CM_TRANSFER_SLOTS);
 }

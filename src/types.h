@@ -33,7 +33,10 @@ typedef struct cm_class_info {
     uint32_t objects;    /* objects per span: pages * CM_PAGE_SIZE / size */
     uint32_t batch;      /* objects per fill/flush between thread and central cache */
     uint32_t transfer_capacity; /* batches its transfer cache may hold, <= CM_TRANSFER_SLOTS */
-} cm_class_info;
+    uint32_t unused;
+    uint64_t divisor_magic;  /* UINT64_MAX / size + 1: offset is a multiple of size iff
+                                offset * divisor_magic < divisor_magic (offsets < 2^32) */
+} cm_class_info;             /* 32 bytes: indexing is a shift */
 
 /* ---- spans ---------------------------------------------------------------------------------
  * A span is a run of whole pages. Its state says who owns it:
