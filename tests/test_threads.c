@@ -87,7 +87,8 @@ static uint64_t rng_seed(unsigned stream)
     return s ? s : 1;
 }
 
-/* Random size: mostly small, some medium, a few large (up to 2 MiB). */
+/* Random size: mostly small, some medium, a few large (up to 2 MiB), and very rarely huge
+ * (8 to 20 MiB: above the mmap threshold, so realloc of those goes through mremap). */
 static size_t random_size(uint64_t *rng)
 {
     uint64_t r = rng_next(rng);
@@ -99,6 +100,8 @@ static size_t random_size(uint64_t *rng)
         return (size_t)(r % (32 * KiB));
     if (pick < 999)
         return (size_t)(r % (300 * KiB));
+    if ((r >> 32) % 32 == 0)
+        return 8 * MiB + (size_t)(r % (12 * MiB));
     return (size_t)(r % (2 * MiB));
 }
 
