@@ -254,15 +254,6 @@ static void expect_null(void *p, int expected_errno, int got_errno, const char *
         fail(what, NULL, (size_t)got_errno);
 }
 
-/* cm_heap_check(), with a second chance for one known false positive: cm_central_valid()
- * requires objects_out >= (used of the listed spans) + (objects in transfer batches), which
- * counts twice the objects of a transfer batch that lie in a listed span, so it fails on a
- * sound heap (tests/fuzz_corpus/regress-heap-check-*). On failure the transfer caches are
- * drained (cmalloc_release: what malloc_trim does) and the walk repeated; a heap that is really
- * damaged fails again. FUZZ_STRICT_HEAP_CHECK=1 turns the second chance off (and so shows the
- * false positive, `make reliability-pending`). */
-static bool strict_heap_check;
-
 /* FUZZ_AVOID_KNOWN=1 steers clear of bugs already found and not fixed yet, so a campaign can
  * look for new ones meanwhile (their inputs are in tests/data/reliability/fuzz_pending/):
  *   an aligned allocation of size 0 with an alignment above 8 KiB gets a span of 0 pages. */
@@ -272,18 +263,11 @@ static size_t known_bug_size(size_t alignment, size_t size)
 {
     return avoid_known && size == 0 && alignment > 8 * KiB ? 1 : size;
 }
-static unsigned long second_chances;
 
 static void heap_check(const char *when)
 {
-    if (cm_heap_check())
-        return;
-    if (strict_heap_check)
-        fail(when, NULL, 0);
-    second_chances++;
-    cmalloc_release();
     if (!cm_heap_check())
-        fail(when, NULL, 1);
+        fail(when, NULL, 0);
 }
 
 /* ---- one run ------------------------------------------------------------------------------- */
@@ -567,7 +551,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     tracing = getenv("FUZZ_TRACE") != NULL;
-    strict_heap_check = getenv("FUZZ_STRICT_HEAP_CHECK") != NULL;
     avoid_known = getenv("FUZZ_AVOID_KNOWN") != NULL;
     run(data, size);
     return 0;
@@ -635,9 +618,7 @@ int main(int argc, char **argv)
         status = replay_path("tests/fuzz_corpus", &count);
     for (int i = 1; i < argc; i++)
         status |= replay_path(argv[i], &count);
-    printf("fuzz replay: %d inputs replayed, %s (cm_heap_check passed only after draining the "
-           "transfer caches %lu times)\n",
-           count, status ? "ERRORS" : "all passed", second_chances);
+    printf("fuzz replay: %d inputs replayed, %s\n", count, status ? "ERRORS" : "all passed");
     return status || count == 0;
 }
 #endif

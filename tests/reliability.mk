@@ -3,20 +3,24 @@
 #   make test                  also runs (through tests/test_*.c, tests/test_*.sh and the rules
 #                              here): test_errors, test_oom, test_oom_cxx.sh, test_release,
 #                              test_fork_stress, and the fuzz corpus replayed by
-#                              build/tests/test_fuzz_replay
-#   make reliability-pending   checks for behaviour cmalloc lacks today (expected to fail until
-#                              the allocator grows it; see the "pending" notes in each test)
+#                              build/tests/test_fuzz_replay (about 40 s of the total on 2 cores)
+#   make reliability-pending   checks of behaviour issue 5 asks for that cmalloc lacks today, or
+#                              bugs found and not fixed yet: expected to fail until they are
+#                              (each test's header says what its --pending mode checks; the
+#                              findings are summed up in build/RELIABILITY_FINDINGS.txt)
+#   make fuzz                  libFuzzer over every entry point (FUZZ_SECONDS, default 60)
+#   make sanitize              ThreadSanitizer, UBSan and ASan runs (about 3 minutes)
+#   make soak                  minutes of mixed-size threads, RSS must stay flat (SOAK_SECONDS)
 
 .PHONY: reliability-pending
 
-reliability-pending: all build/tests/test_errors build/tests/test_oom build/tests/test_release \
-                     build/tests/test_fork_stress
+reliability-pending: all build/tests/test_errors build/tests/test_release build/tests/test_fuzz_replay
 	@status=0; \
 	echo "== build/tests/test_errors --pending"; build/tests/test_errors --pending || status=1; \
-	echo "== build/tests/test_oom --pending"; build/tests/test_oom --pending || status=1; \
 	echo "== build/tests/test_release --pending"; build/tests/test_release --pending || status=1; \
-	echo "== build/tests/test_fork_stress --pending"; build/tests/test_fork_stress --pending > build/tests/fork_pending.log 2>&1 || status=1; grep -E "^(ok|FAIL) " build/tests/fork_pending.log; \
-	echo "== sh tests/test_oom_cxx.sh --pending"; sh tests/test_oom_cxx.sh --pending || status=1; \
+	echo "== fuzz inputs that crash today: build/tests/test_fuzz_replay tests/data/reliability/fuzz_pending"; \
+	if build/tests/test_fuzz_replay tests/data/reliability/fuzz_pending > build/tests/fuzz_pending.log 2>&1; \
+	then echo "ok"; else tail -2 build/tests/fuzz_pending.log; status=1; fi; \
 	exit $$status
 
 # ---- fuzzing ---------------------------------------------------------------------------------
@@ -27,9 +31,14 @@ reliability-pending: all build/tests/test_errors build/tests/test_oom build/test
 #
 #   make fuzz                      60 s (FUZZ_SECONDS=600 for longer); new inputs go to
 #                                  build/fuzz/corpus, crashes to build/fuzz/crash-*
+#   make fuzz FUZZ_ENV="FUZZ_AVOID_KNOWN=1"      skip the bugs already found and not fixed
+#   make fuzz FUZZ_ENV="CMALLOC_CHECK=1"         fuzz the debug mode
+# A crash input, once the bug is fixed, goes into tests/fuzz_corpus/ (replayed by `make test`);
+# until then into tests/data/reliability/fuzz_pending/ (replayed by `make reliability-pending`).
 #   build/tests/test_fuzz_replay FILE...   replay inputs (a crash, a directory)
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
+FUZZ_ENV     ?=
 FUZZ_SAN     := -fsanitize=undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS    := $(patsubst src/%.c,build/fuzz/obj/%.o,$(SRCS))
 
@@ -49,7 +58,7 @@ TEST_BINS += build/tests/test_fuzz_replay
 test: build/tests/test_fuzz_replay
 
 fuzz: build/fuzz/fuzz_entry_points | build/fuzz/corpus
-	build/fuzz/fuzz_entry_points -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -rss_limit_mb=4096 \
+	env $(FUZZ_ENV) build/fuzz/fuzz_entry_points -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -rss_limit_mb=4096 \
 	    -timeout=30 -print_final_stats=1 -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz_corpus
 
 .PHONY: fuzz

@@ -13,6 +13,9 @@
  *   test_free_inside_huge           free(p + 16), p = malloc(32 MiB)  (its own mmap)
  *   test_double_free_small          free(p); free(p)             double free ... in free()
  *   test_double_free_large          free(p); free(p), 1 MiB      double free ... in free()
+ *   test_double_free_huge           free(p); free(p), 32 MiB     double free ... in free()
+ *   test_double_free_large_merged   1 MiB blocks a, b neighbours: free(a); free(b); free(b)
+ *                                   (b merged into a's free span)  double free ... in free()
  *   test_realloc_invalid            realloc(&local, 64)          realloc(): invalid pointer
  *   test_usable_size_invalid        malloc_usable_size(p + 16)   malloc_usable_size(): ...
  * and, in a copy of this binary re-executed with CMALLOC_CHECK=1 (`--run NAME`):
@@ -29,17 +32,14 @@
  * 0 when all is well and the parent also checks the reports on its stderr.
  *
  * Pending (not in `make test`; run `build/tests/test_errors --pending`, or `make
- * reliability-pending`): behaviour issue 5 asks for that cmalloc does not have yet. Each is
- * a death test that fails today:
+ * reliability-pending`): behaviour issue 5 asks for that cmalloc does not have yet (at the
+ * last commit checked). Each is a death test that fails there:
  *   pending_free_middle_of_small      free(p + 48), p = malloc(100): the free fast path pushes
  *                                     any pointer whose page is in a SMALL span onto the thread
  *                                     cache without an object-boundary check, so the interior
  *                                     pointer goes on the free list silently (later handed out
  *                                     by malloc, overlapping a live object). Only the slow path
  *                                     (list full or foreign thread state) reports it.
- *   pending_double_free_huge          32 MiB freed twice: reported as "invalid pointer"
- *   pending_double_free_large_merged  1 MiB freed twice after its free left neighbour merged
- *                                     with it: reported as "invalid pointer"
  *
  * Runtime: well under a second.
  */
@@ -400,6 +400,18 @@ static void test_double_free_large(void **state)
     expect_death(double_free_large, "cmalloc: double free %p in free()");
 }
 
+static void test_double_free_huge(void **state)
+{
+    (void)state;
+    expect_death(double_free_huge, "cmalloc: double free %p in free()");
+}
+
+static void test_double_free_large_merged(void **state)
+{
+    (void)state;
+    expect_death(double_free_large_merged, "cmalloc: double free %p in free()");
+}
+
 static void test_realloc_invalid(void **state)
 {
     (void)state;
@@ -435,22 +447,6 @@ static bool filled(const void *p, size_t n, unsigned char tag)
         if (b[i] != tag)
             return false;
     return true;
-}
-
-/* cm_heap_check(), with a second chance for its known false positive: cm_central_valid()
- * counts twice the objects of a transfer batch that lie in a listed span, so it can fail on a
- * sound heap (see test_oom.c, `test_oom --pending`). On failure the transfer caches are drained
- * and the walk repeated; a damaged heap fails again. TEST_STRICT_HEAP_CHECK=1: no second chance. */
-static bool heap_consistent(void)
-{
-    if (cm_heap_check())
-        return true;
-    if (getenv("TEST_STRICT_HEAP_CHECK") != NULL)
-        return false;
-    printf("note: cm_heap_check() failed with full transfer caches; checking again after "
-           "draining them (known false positive)\n");
-    cmalloc_release();
-    return cm_heap_check();
 }
 
 static int keep_going_main(void)
@@ -527,7 +523,7 @@ static int keep_going_main(void)
         intact &= filled(keep[i], sizes[i % KINDS] < 8192 ? sizes[i % KINDS] : 8192,
                          (unsigned char)(i + 1));
     check(intact, "earlier objects intact");
-    check(heap_consistent(), "cm_heap_check() after the bad calls");
+    check(cm_heap_check(), "cm_heap_check() after the bad calls");
 
     /* and allocation still works, everywhere */
     for (int round = 0; round < 1000; round++) {
@@ -543,7 +539,7 @@ static int keep_going_main(void)
     for (int i = 0; i < KEEP; i++)
         free(keep[i]);
     munmap(page, 64 * KiB);
-    check(heap_consistent(), "cm_heap_check() at the end");
+    check(cm_heap_check(), "cm_heap_check() at the end");
     printf("keep-going: %d failures\n", keep_going_failures);
     return keep_going_failures == 0 ? 0 : 1;
 }
@@ -619,9 +615,6 @@ typedef struct pending_check {
 static const pending_check pending[] = {
     {"pending_free_middle_of_small", free_middle_of_small, "cmalloc: free(): invalid pointer %p",
      NULL},
-    {"pending_double_free_huge", double_free_huge, "cmalloc: double free %p in free()", NULL},
-    {"pending_double_free_large_merged", double_free_large_merged,
-     "cmalloc: double free %p in free()", NULL},
 };
 enum { PENDING = sizeof pending / sizeof pending[0] };
 
@@ -705,6 +698,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_free_inside_huge),
         cmocka_unit_test(test_double_free_small),
         cmocka_unit_test(test_double_free_large),
+        cmocka_unit_test(test_double_free_huge),
+        cmocka_unit_test(test_double_free_large_merged),
         cmocka_unit_test(test_realloc_invalid),
         cmocka_unit_test(test_usable_size_invalid),
         cmocka_unit_test(test_keep_going),
