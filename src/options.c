@@ -27,8 +27,9 @@ static const option_entry options[] = {
      "most bytes all thread caches together may hold"},
     {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, 1, 1000,
      "free pages idle this long are returned to the OS (0: at once, -1: never)"},
-    {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 0,
-     "1: a helper thread returns idle free pages even when the program makes no calls"},
+    {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 1,
+     "1: once 8 MiB of free pages are resident, a helper thread returns idle ones even when "
+     "the program makes no calls; 0: only allocator calls do"},
     {"STATS", &cm_option.stats_at_exit, 0, 0, "1: print the stats report to stderr at exit"},
     {"CHECK", &cm_option.check, 0, 0,
      "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower"},

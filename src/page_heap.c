@@ -11,17 +11,19 @@
  * and last pages map to it and its inner pages map to NULL;
  * free_pages == sum of FREE span lengths, released_pages == sum over FREE spans with released.
  * Release by age: a free span idle for CMALLOC_RELEASE_DELAY_MS is madvised away, checked
- * whenever the heap is entered, or at once by cm_page_heap_release. When the OS refuses memory,
- * cm_page_heap_unmap_free unmaps every free span so that the retry can succeed. With
- * CMALLOC_BACKGROUND_RELEASE=1 a helper thread, started by the first free that leaves
- * resident free pages (and again in a forked child), also checks every half delay, so an idle
- * program gives memory back without calling the allocator.
+ * whenever the heap is entered, or at once by cm_page_heap_release. A helper thread
+ * (CMALLOC_BACKGROUND_RELEASE, on by default) also checks every half delay, so an idle program
+ * gives memory back without calling the allocator; it is started by the first free that leaves
+ * more than BACKGROUND_START_BYTES resident in free spans (again in a forked child), so small
+ * programs never get one. When the OS refuses memory, cm_page_heap_unmap_free unmaps every
+ * free span so that the retry can succeed.
  */
 #include "internal.h"
 
 #include <stdatomic.h>
 
 #define GROW_MIN_PAGES ((size_t)(2 << 20) >> CM_PAGE_SHIFT)
+#define BACKGROUND_START_BYTES ((size_t)8 << 20)
 
 static cm_lock heap_lock = CM_LOCK_INIT;
 static cm_span *free_lists[CM_HEAP_LISTS + 1];
@@ -270,9 +272,9 @@ void cm_page_heap_free(cm_span *span)
     span->free_since_ms = cm_os_now_ms();
     insert_coalesced(span);
     maybe_release_locked();
-    bool resident_free = free_pages > released_pages;
+    bool much_resident_free = (free_pages - released_pages) << CM_PAGE_SHIFT > BACKGROUND_START_BYTES;
     cm_lock_release(&heap_lock);
-    if (resident_free)
+    if (much_resident_free)
         start_background_release(); /* outside the lock: thread creation allocates */
 }
 
