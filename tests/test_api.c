@@ -263,7 +263,9 @@ static void test_served_by_cmalloc(void **state)
           during.bytes_mapped, during.bytes_in_use);
     free(p);
     cmalloc_stats after = stats_now();
-    CHECK(after.bytes_in_use + big <= during.bytes_in_use,
+    /* 4 KiB of slack: this free may start cmalloc's release thread, whose creation allocates
+     * a few hundred bytes through malloc. */
+    CHECK(after.bytes_in_use + big <= during.bytes_in_use + 4096,
           "bytes_in_use went from %zu to %zu after free of %zu bytes", during.bytes_in_use,
           after.bytes_in_use, big);
 
