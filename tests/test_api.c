@@ -1096,7 +1096,9 @@ static void test_mallinfo2(void **state)
         free(p[i]);
     struct mallinfo2 after = mallinfo2();
     size_t used_after = after.uordblks + after.hblkhd;
-    CHECK(used_after + total <= used_during,
+    /* 4 KiB of slack, as in test_served_by_cmalloc: these frees may start the release
+     * thread, whose creation allocates a few hundred bytes in glibc. */
+    CHECK(used_after + total <= used_during + 4096,
           "mallinfo2 uordblks + hblkhd went from %zu to %zu after freeing %zu bytes",
           used_during, used_after, total);
 
