@@ -46,6 +46,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -55,6 +56,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -70,6 +72,41 @@ bool cm_heap_check(void); /* src/internal.h: hidden in the .so, linkable from th
 #define MiB (KiB * 1024)
 
 extern char **environ;
+
+/* ---- watchdog ------------------------------------------------------------------------------
+ * A deadlock inside the allocator can happen with every signal blocked (pthread_create blocks
+ * them while it allocates the new thread's TLS), so alarm() alone may never fire. A thread that
+ * only sleeps ends the process instead: it reports, SIGKILLs the child being waited for (if
+ * any) and _exits with status 124. TEST_WATCHDOG_SECONDS overrides the budget. */
+static volatile pid_t watchdog_child;
+static const char *watchdog_name = "test";
+
+static void *watchdog(void *arg)
+{
+    unsigned seconds = (unsigned)(uintptr_t)arg;
+    struct timespec left = {(time_t)seconds, 0};
+    while (nanosleep(&left, &left) != 0)
+        ;
+    char text[160];
+    int n = snprintf(text, sizeof text, "%s: watchdog: still running after %u s, a deadlock? "
+                     "(exiting)\n", watchdog_name, seconds);
+    if (write(2, text, (size_t)n) < 0)
+        n = 0;
+    if (watchdog_child > 0)
+        kill(watchdog_child, SIGKILL);
+    _exit(124);
+}
+
+static void start_watchdog(const char *name, unsigned seconds)
+{
+    pthread_t thread;
+    const char *override = getenv("TEST_WATCHDOG_SECONDS");
+    if (override != NULL && atoi(override) > 0)
+        seconds = (unsigned)atoi(override);
+    watchdog_name = name;
+    if (pthread_create(&thread, NULL, watchdog, (void *)(uintptr_t)seconds) == 0)
+        pthread_detach(thread);
+}
 
 /* Hides a pointer's origin from the compiler, so it neither warns about nor folds the bad
  * calls these tests exist to make. */
@@ -155,10 +192,12 @@ static void run_child(void (*body)(void), child_result *result)
         _exit(0);
     }
     close(pipe_fds[1]);
+    watchdog_child = pid;
     read_all(pipe_fds[0], result->output, sizeof result->output);
     close(pipe_fds[0]);
     while (waitpid(pid, &result->status, 0) < 0)
         assert_int_equal(errno, EINTR);
+    watchdog_child = 0;
 }
 
 static const char *describe(int status, char *buffer, size_t size)
@@ -572,6 +611,7 @@ static void test_keep_going(void **state)
     }
     close(out_pipe[1]);
     close(err_pipe[1]);
+    watchdog_child = pid;
     /* Stdout is small (a line per check): read it all, then stderr. */
     static char out[8192], err[16384];
     read_all(out_pipe[0], out, sizeof out);
@@ -687,10 +727,11 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--keep-going") == 0)
         return keep_going_main();
-    if (argc > 1 && strcmp(argv[1], "--pending") == 0)
-        return pending_main();
     if (argc > 2 && strcmp(argv[1], "--run") == 0)
         return run_main(argv[2]);
+    start_watchdog("test_errors", 120);
+    if (argc > 1 && strcmp(argv[1], "--pending") == 0)
+        return pending_main();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_free_stack_address),
         cmocka_unit_test(test_free_foreign_mapping),

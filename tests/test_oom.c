@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -57,6 +58,41 @@ static void *opaque(void *p)
 {
     __asm__ volatile("" : "+r"(p));
     return p;
+}
+
+/* ---- watchdog ------------------------------------------------------------------------------
+ * A deadlock inside the allocator can happen with every signal blocked (pthread_create blocks
+ * them while it allocates the new thread's TLS), so alarm() alone may never fire. A thread that
+ * only sleeps ends the process instead: it reports, SIGKILLs the child being waited for (if
+ * any) and _exits with status 124. TEST_WATCHDOG_SECONDS overrides the budget. */
+static volatile pid_t watchdog_child;
+static const char *watchdog_name = "test";
+
+static void *watchdog(void *arg)
+{
+    unsigned seconds = (unsigned)(uintptr_t)arg;
+    struct timespec left = {(time_t)seconds, 0};
+    while (nanosleep(&left, &left) != 0)
+        ;
+    char text[160];
+    int n = snprintf(text, sizeof text, "%s: watchdog: still running after %u s, a deadlock? "
+                     "(exiting)\n", watchdog_name, seconds);
+    if (write(2, text, (size_t)n) < 0)
+        n = 0;
+    if (watchdog_child > 0)
+        kill(watchdog_child, SIGKILL);
+    _exit(124);
+}
+
+static void start_watchdog(const char *name, unsigned seconds)
+{
+    pthread_t thread;
+    const char *override = getenv("TEST_WATCHDOG_SECONDS");
+    if (override != NULL && atoi(override) > 0)
+        seconds = (unsigned)atoi(override);
+    watchdog_name = name;
+    if (pthread_create(&thread, NULL, watchdog, (void *)(uintptr_t)seconds) == 0)
+        pthread_detach(thread);
 }
 
 /* ---- child-side checks ---------------------------------------------------------------------- */
@@ -464,6 +500,7 @@ static void run_in_child(void (*body)(void), const char *name)
         _exit(atomic_load(&failures) == 0 ? 0 : 1);
     }
     close(fds[1]);
+    watchdog_child = pid;
     static char output[16384];
     size_t length = 0;
     ssize_t n;
@@ -476,6 +513,7 @@ static void run_in_child(void (*body)(void), const char *name)
     int status;
     while (waitpid(pid, &status, 0) < 0)
         assert_int_equal(errno, EINTR);
+    watchdog_child = 0;
     if (WIFSIGNALED(status))
         fail_msg("%s: the child was killed by signal %d (%s); its output:\n%s", name,
                  WTERMSIG(status), strsignal(WTERMSIG(status)), output);
@@ -536,6 +574,7 @@ static void test_heap_check_after_thread_exit(void **state)
 
 int main(void)
 {
+    start_watchdog("test_oom", 120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oom_every_entry_point),
         cmocka_unit_test(test_oom_exhaust_small),

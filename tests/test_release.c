@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -57,6 +58,41 @@ bool cm_heap_check(void); /* src/internal.h: hidden in the .so, linkable from th
 #define MiB (KiB * 1024)
 
 extern char **environ;
+
+/* ---- watchdog ------------------------------------------------------------------------------
+ * A deadlock inside the allocator can happen with every signal blocked (pthread_create blocks
+ * them while it allocates the new thread's TLS), so alarm() alone may never fire. A thread that
+ * only sleeps ends the process instead: it reports, SIGKILLs the child being waited for (if
+ * any) and _exits with status 124. TEST_WATCHDOG_SECONDS overrides the budget. */
+static volatile pid_t watchdog_child;
+static const char *watchdog_name = "test";
+
+static void *watchdog(void *arg)
+{
+    unsigned seconds = (unsigned)(uintptr_t)arg;
+    struct timespec left = {(time_t)seconds, 0};
+    while (nanosleep(&left, &left) != 0)
+        ;
+    char text[160];
+    int n = snprintf(text, sizeof text, "%s: watchdog: still running after %u s, a deadlock? "
+                     "(exiting)\n", watchdog_name, seconds);
+    if (write(2, text, (size_t)n) < 0)
+        n = 0;
+    if (watchdog_child > 0)
+        kill(watchdog_child, SIGKILL);
+    _exit(124);
+}
+
+static void start_watchdog(const char *name, unsigned seconds)
+{
+    pthread_t thread;
+    const char *override = getenv("TEST_WATCHDOG_SECONDS");
+    if (override != NULL && atoi(override) > 0)
+        seconds = (unsigned)atoi(override);
+    watchdog_name = name;
+    if (pthread_create(&thread, NULL, watchdog, (void *)(uintptr_t)seconds) == 0)
+        pthread_detach(thread);
+}
 
 static size_t resident_bytes(void)
 {
@@ -223,6 +259,7 @@ static int run_idle_child(const char *mode, char *output, size_t capacity)
         _exit(127);
     }
     close(fds[1]);
+    watchdog_child = pid;
     size_t length = 0;
     ssize_t r;
     while ((r = read(fds[0], output + length, capacity - 1 - length)) > 0 || (r < 0 && errno == EINTR))
@@ -234,6 +271,7 @@ static int run_idle_child(const char *mode, char *output, size_t capacity)
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
             return -1;
+    watchdog_child = 0;
     return status;
 }
 
@@ -415,6 +453,7 @@ int main(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[1], "--idle-child") == 0)
         return idle_child_main(argv[2]);
+    start_watchdog("test_release", argc > 1 && strcmp(argv[1], "--soak") == 0 ? 3600 : 180);
     if (argc > 1 && strcmp(argv[1], "--pending") == 0)
         return pending_main();
     if (argc > 1 && strcmp(argv[1], "--soak") == 0)
