@@ -271,6 +271,7 @@ void cm_free_slow(void *p, const char *caller)
     if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, caller)))
         return;
     cm_free_unchecked(p, caller);
+    cm_page_heap_start_background();
 }
 
 static size_t span_usable_size(const cm_span *span)

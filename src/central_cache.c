@@ -170,12 +170,14 @@ static void decay_transfer_caches(void)
     }
 }
 
-/* Runs the decay at most once per interval; cheap when not due (one clock read). */
+/* Runs the decay at most once per interval; cheap when not due (one clock read). Called
+ * with no lock held, so it is also where the page heap's release thread gets started. */
 void cm_central_tick(void)
 {
     int64_t delay = cm_option.release_delay_ms;
     if (delay < 0)
         return;
+    cm_page_heap_start_background();
     uint64_t now = cm_os_now_ms(), due = atomic_load_explicit(&next_decay_ms, memory_order_relaxed);
     uint64_t interval = delay > 10 ? (uint64_t)delay : 10;
     if (now < due || !atomic_compare_exchange_strong(&next_decay_ms, &due, now + interval))

@@ -134,6 +134,7 @@ cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_clas
 void cm_page_heap_free(cm_span *span);
 size_t cm_page_heap_release(bool everything);
 size_t cm_page_heap_unmap_free(void);
+void cm_page_heap_start_background(void);
 void cm_page_heap_counters(size_t *free_bytes, size_t *released_bytes, size_t *large_bytes,
                            size_t *large_count);
 bool cm_page_heap_valid(void);

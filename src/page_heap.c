@@ -34,6 +34,7 @@ static size_t large_pages;         /* in LARGE spans (allocations above the larg
 static size_t large_count;         /* LARGE spans */
 static uint64_t last_release_scan_ms;
 static _Atomic int background_started;
+static _Atomic int background_wanted;  /* set under heap_lock, acted on where no lock is held */
 
 static cm_span **list_for(size_t pages)
 {
@@ -246,10 +247,13 @@ static void *background_release(void *unused)
     return NULL;
 }
 
-static void start_background_release(void)
+/* Starts the release thread once the heap has asked for it. Thread creation allocates, so
+ * callers hold no allocator lock: the free and fill slow paths call this on their way out. */
+void cm_page_heap_start_background(void)
 {
-    if (!cm_option.background_release || cm_option.release_delay_ms < 0 ||
+    if (CM_LIKELY(!atomic_load_explicit(&background_wanted, memory_order_relaxed)) ||
         atomic_load_explicit(&background_started, memory_order_relaxed) ||
+        !cm_option.background_release || cm_option.release_delay_ms < 0 ||
         atomic_exchange(&background_started, 1))
         return;
     if (!cm_os_start_thread(background_release))
@@ -272,10 +276,9 @@ void cm_page_heap_free(cm_span *span)
     span->free_since_ms = cm_os_now_ms();
     insert_coalesced(span);
     maybe_release_locked();
-    bool much_resident_free = (free_pages - released_pages) << CM_PAGE_SHIFT > BACKGROUND_START_BYTES;
+    if ((free_pages - released_pages) << CM_PAGE_SHIFT > BACKGROUND_START_BYTES)
+        atomic_store_explicit(&background_wanted, 1, memory_order_relaxed);
     cm_lock_release(&heap_lock);
-    if (much_resident_free)
-        start_background_release(); /* outside the lock: thread creation allocates */
 }
 
 /* Gives idle free spans back to the OS (all of them when everything). Returns bytes. */
