@@ -149,6 +149,15 @@ bool cm_check_free(void *p, const char *caller)
     return true;
 }
 
+/* Bytes of freed blocks waiting in the quarantine: freed by the program, not yet reusable. */
+size_t cm_check_quarantined_bytes(void)
+{
+    cm_lock_acquire(&quarantine_lock);
+    size_t bytes = quarantine_bytes;
+    cm_lock_release(&quarantine_lock);
+    return bytes;
+}
+
 bool cm_check_usable_size(const void *p, size_t *size)
 {
     check_header *raw = header_of(p);

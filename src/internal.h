@@ -179,6 +179,7 @@ CM_COLD void cm_report_bad_pointer(const char *caller, const char *what, const v
 void *cm_check_alloc(size_t size);
 bool cm_check_free(void *p, const char *caller);
 bool cm_check_usable_size(const void *p, size_t *size);
+size_t cm_check_quarantined_bytes(void);
 void cm_check_fork(int phase);
 
 /* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */

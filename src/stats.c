@@ -28,8 +28,10 @@ CM_EXPORT int cmalloc_stats_get(cmalloc_stats *stats)
                           &stats->large_allocations);
     size_t mapped_live = cm_mapped_live_bytes(&mapped_count);
     stats->large_allocations += mapped_count;
-    size_t small_held = small_cached + stats->bytes_thread_caches;
-    stats->bytes_in_use = (small_out > small_held ? small_out - small_held : 0) + large_bytes + mapped_live;
+    /* Freed blocks waiting in the debug mode's quarantine are not in use either. */
+    size_t held = small_cached + stats->bytes_thread_caches + cm_check_quarantined_bytes();
+    size_t out = small_out + large_bytes + mapped_live;
+    stats->bytes_in_use = out > held ? out - held : 0;
     stats->bytes_mapped = cm_os_mapped_bytes();
     stats->bytes_metadata = cm_metadata_bytes();
     return 0;
