@@ -16,8 +16,10 @@
  *   stress_tsan [SECONDS]            the allocation paths only (default 3 s)
  *   stress_tsan --stats [SECONDS]    plus a thread reading cmalloc_stats_get in a loop, as a
  *                                    monitoring thread of a real program would
- *   stress_tsan --init-race          the workers are released together before anything has
- *                                    called the allocator, so its lazy initialization races
+ *   stress_tsan --init-race          the workers are released together before the program has
+ *                                    called the allocator: their first calls (thread cache
+ *                                    creation, registry, and lazy initialization when no
+ *                                    constructor ran it first) race with each other
  *
  * Exits 1 if a block's tag was damaged; TSan makes the exit status 66 when it reported races.
  */
