@@ -1,7 +1,7 @@
 /* test_free_list_encoding.c - free-list links are stored encoded (internal.h), so a write into
  * freed memory cannot steer malloc to an address of the writer's choosing: the corrupted link
  * is reported (abort with "corrupted free list") or decodes to some other address, never to
- * the one written. */
+ * the one written (that address may fault when read: a crash, never a steered allocation). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,6 +51,7 @@ static void use_after_free_write_cannot_choose_the_next_pointer(void **state)
         pid_t child = fork();
         if (child == 0) {
             dup2(pipe_fds[1], 2);
+            signal(SIGSEGV, SIG_DFL); /* not cmocka's handler: a crash must end the child */
             warm_up(80);
             void *first = malloc(80), *second = malloc(80);
             free(second);
@@ -66,9 +67,12 @@ static void use_after_free_write_cannot_choose_the_next_pointer(void **state)
         close(pipe_fds[0]);
         int status;
         waitpid(child, &status, 0);
-        if (WIFSIGNALED(status)) {
-            assert_int_equal(WTERMSIG(status), SIGABRT);
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) {
             assert_true(n > 0 && strstr(report, "cmalloc: corrupted free list at 0x") != NULL);
+        } else if (WIFSIGNALED(status)) {
+            /* 1 time in 16 the garbage decodes to an aligned address and reading it faults:
+             * a crash, but not the written address handed out. */
+            assert_int_equal(WTERMSIG(status), SIGSEGV);
         } else {
             assert_true(WIFEXITED(status));
             assert_int_equal(WEXITSTATUS(status), 0);
