@@ -120,7 +120,7 @@ static bool reclaim_for_retry(void)
 
 static cm_span *large_span(size_t size, size_t alignment)
 {
-    size_t pages = (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT;
+    size_t pages = size ? (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT : 1; /* aligned size 0 */
     return size > cm_option.mmap_threshold
                ? map_span(pages, alignment)
                : cm_page_heap_alloc(pages, alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);

@@ -254,16 +254,6 @@ static void expect_null(void *p, int expected_errno, int got_errno, const char *
         fail(what, NULL, (size_t)got_errno);
 }
 
-/* FUZZ_AVOID_KNOWN=1 steers clear of bugs already found and not fixed yet, so a campaign can
- * look for new ones meanwhile (their inputs are in tests/data/reliability/fuzz_pending/):
- *   an aligned allocation of size 0 with an alignment above 8 KiB gets a span of 0 pages. */
-static bool avoid_known;
-
-static size_t known_bug_size(size_t alignment, size_t size)
-{
-    return avoid_known && size == 0 && alignment > 8 * KiB ? 1 : size;
-}
-
 static void heap_check(const char *when)
 {
     if (!cm_heap_check())
@@ -340,7 +330,6 @@ static void run(const uint8_t *data, size_t size)
         case 5: { /* posix_memalign */
             bool valid;
             size_t alignment = take_alignment(&r, &valid), n = take_size(&r);
-            n = known_bug_size(alignment, n);
             if (b->p)
                 release(b);
             if (!room_for(n + alignment))
@@ -360,7 +349,6 @@ static void run(const uint8_t *data, size_t size)
         case 6: { /* aligned_alloc */
             bool valid;
             size_t alignment = take_alignment(&r, &valid), n = take_size(&r);
-            n = known_bug_size(alignment, n);
             if (b->p)
                 release(b);
             if (!room_for(n + alignment))
@@ -384,7 +372,6 @@ static void run(const uint8_t *data, size_t size)
         case 7: { /* memalign: any alignment, rounded up to a power of two */
             bool valid;
             size_t alignment = take_alignment(&r, &valid), n = take_size(&r);
-            n = known_bug_size(alignment * 2, n);
             if (b->p)
                 release(b);
             if (!room_for(n + 2 * alignment))
@@ -555,7 +542,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     tracing = getenv("FUZZ_TRACE") != NULL;
-    avoid_known = getenv("FUZZ_AVOID_KNOWN") != NULL;
     run(data, size);
     return 0;
 }
