@@ -32,6 +32,12 @@ size_t cm_mapped_live_bytes(size_t *count)
     return atomic_load_explicit(&mapped_live_bytes, memory_order_relaxed);
 }
 
+/* mallopt may change the threshold while other threads read it. */
+static size_t mmap_threshold(void)
+{
+    return __atomic_load_n(&cm_option.mmap_threshold, __ATOMIC_RELAXED);
+}
+
 static void *out_of_memory(void)
 {
     errno = ENOMEM;
@@ -88,7 +94,7 @@ static cm_span *map_span(size_t pages, size_t alignment)
     span->page = (uintptr_t)memory >> CM_PAGE_SHIFT;
     span->pages = pages;
     span->state = CM_SPAN_MAPPED;
-    cm_pagemap_set(span->page, span);
+    cm_page_heap_set_mapped(span->page, span);
     atomic_fetch_add_explicit(&mapped_live_bytes, bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&mapped_live_count, 1, memory_order_relaxed);
     return span;
@@ -100,7 +106,7 @@ static void unmap_span(cm_span *span)
     unsigned slot = atomic_fetch_add_explicit(&recently_unmapped_next, 1, memory_order_relaxed);
     atomic_store_explicit(&recently_unmapped[slot % RECENTLY_UNMAPPED], (uintptr_t)cm_span_start(span),
                           memory_order_relaxed);
-    cm_pagemap_set(span->page, NULL);
+    cm_page_heap_set_mapped(span->page, NULL);
     cm_os_unmap(cm_span_start(span), bytes);
     cm_span_delete(span);
     atomic_fetch_sub_explicit(&mapped_live_bytes, bytes, memory_order_relaxed);
@@ -121,7 +127,7 @@ static bool reclaim_for_retry(void)
 static cm_span *large_span(size_t size, size_t alignment)
 {
     size_t pages = size ? (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT : 1; /* aligned size 0 */
-    return size > cm_option.mmap_threshold
+    return size > mmap_threshold()
                ? map_span(pages, alignment)
                : cm_page_heap_alloc(pages, alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
 }
@@ -152,7 +158,7 @@ void *cm_alloc_unchecked(size_t size)
 
 void *cm_alloc_slow(size_t size)
 {
-    if (CM_UNLIKELY(!cm_initialized))
+    if (CM_UNLIKELY(!cm_is_initialized()))
         cm_init();
     if (CM_UNLIKELY(cm_option.check)) {
         void *p = cm_check_alloc(size);
@@ -166,7 +172,7 @@ void *cm_alloc_aligned(size_t alignment, size_t size)
 {
     if (alignment <= CM_ALIGNMENT)
         return cm_alloc(size);
-    if (CM_UNLIKELY(!cm_initialized))
+    if (CM_UNLIKELY(!cm_is_initialized()))
         cm_init();
     if (size <= CM_MAX_SMALL && alignment <= CM_PAGE_SIZE) {
         /* A class whose size is a multiple of alignment has every object aligned, since
@@ -206,10 +212,10 @@ static bool freed_before(const void *p)
 /* The span of which p is an object start, or NULL; *problem says why not. */
 static cm_span *object_span(const void *p, const char **problem)
 {
-    cm_span *span = cm_initialized ? cm_span_of(p) : NULL;
+    cm_span *span = cm_is_initialized() ? cm_span_of(p) : NULL;
     *problem = "invalid pointer";
     if (span == NULL) {
-        if (cm_initialized && freed_before(p))
+        if (cm_is_initialized() && freed_before(p))
             *problem = "double free";
         return NULL;
     }
@@ -306,7 +312,7 @@ void *cm_calloc(size_t count, size_t size)
     if (p == NULL)
         return NULL;
     /* A fresh mapping is already zero (unless the debug mode filled it). */
-    if (total <= cm_option.mmap_threshold || cm_option.check ||
+    if (total <= mmap_threshold() || cm_option.check ||
         cm_pagemap_lookup(p)->state != CM_SPAN_MAPPED)
         memset(p, 0, total);
     return p;
@@ -331,7 +337,7 @@ static void *remap_span(cm_span *span, size_t size)
         return NULL;
     }
     /* The old range is gone already: forget its span without unmapping again. */
-    cm_pagemap_set(span->page, NULL);
+    cm_page_heap_set_mapped(span->page, NULL);
     cm_span_delete(span);
     atomic_fetch_sub_explicit(&mapped_live_bytes, old_bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&mapped_live_count, 1, memory_order_relaxed);
@@ -360,7 +366,7 @@ void *cm_realloc(void *p, size_t size)
     if (span == NULL)
         return out_of_memory();
     size_t old = span_usable_size(span);
-    if (span->state == CM_SPAN_MAPPED && size > cm_option.mmap_threshold) {
+    if (span->state == CM_SPAN_MAPPED && size > mmap_threshold()) {
         if (size > PTRDIFF_MAX - CM_PAGE_SIZE)
             return out_of_memory();
         void *moved = remap_span(span, size);

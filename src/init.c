@@ -16,7 +16,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-volatile int cm_initialized;
+int cm_initialized;
 uintptr_t cm_list_key;
 static _Atomic int init_started;
 
@@ -46,7 +46,7 @@ static void fork_child(void) { fork_finish(CM_FORK_CHILD); }
 void cm_init(void)
 {
     if (atomic_exchange(&init_started, 1) != 0) {
-        while (!cm_initialized)
+        while (!cm_is_initialized())
             cm_os_yield();
         return;
     }
@@ -60,6 +60,6 @@ void cm_init(void)
 
 __attribute__((constructor(101))) static void init_early(void)
 {
-    if (!cm_initialized)
+    if (!cm_is_initialized())
         cm_init();
 }

@@ -135,6 +135,7 @@ void cm_page_heap_free(cm_span *span);
 size_t cm_page_heap_release(bool everything);
 size_t cm_page_heap_unmap_free(void);
 void cm_page_heap_start_background(void);
+void cm_page_heap_set_mapped(uintptr_t page, cm_span *span);
 void cm_page_heap_counters(size_t *free_bytes, size_t *released_bytes, size_t *large_bytes,
                            size_t *large_count);
 bool cm_page_heap_valid(void);
@@ -186,8 +187,12 @@ void cm_check_fork(int phase);
 bool cm_heap_check(void);
 
 /* init.c */
-extern volatile int cm_initialized;
+extern int cm_initialized;
 void cm_init(void);
+static inline bool cm_is_initialized(void) /* acquire: options and tables are visible after */
+{
+    return __atomic_load_n(&cm_initialized, __ATOMIC_ACQUIRE);
+}
 
 /* ---- free-list links ------------------------------------------------------------------------
  * A free object's first word links it to the next one, stored as

@@ -69,7 +69,10 @@ void cm_span_delete(cm_span *span)
 
 size_t cm_metadata_bytes(void)
 {
-    return metadata_bytes;
+    cm_lock_acquire(&metadata_lock);
+    size_t bytes = metadata_bytes;
+    cm_lock_release(&metadata_lock);
+    return bytes;
 }
 
 void cm_metadata_fork(int phase)

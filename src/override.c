@@ -139,9 +139,10 @@ CM_EXPORT int CM_ENTRY(mallopt)(int parameter, int value)
     case M_MMAP_THRESHOLD:
         if (value < 0)
             return 0;
-        if (!cm_initialized)
+        if (!cm_is_initialized())
             cm_init();
-        cm_option.mmap_threshold = (size_t)value > CM_MAX_SMALL ? (size_t)value : CM_MAX_SMALL;
+        __atomic_store_n(&cm_option.mmap_threshold,
+                         (size_t)value > CM_MAX_SMALL ? (size_t)value : CM_MAX_SMALL, __ATOMIC_RELAXED);
         return 1;
     case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_MAX: case M_ARENA_MAX:
     case M_ARENA_TEST: case M_PERTURB: case M_CHECK_ACTION: case M_MXFAST:

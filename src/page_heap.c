@@ -260,6 +260,15 @@ void cm_page_heap_start_background(void)
         atomic_store(&background_started, 0);
 }
 
+/* Records (or, with NULL, forgets) a MAPPED span's first page in the pagemap. Under heap_lock
+ * because coalescing reads the entries next to free spans, which may be a mapping's. */
+void cm_page_heap_set_mapped(uintptr_t page, cm_span *span)
+{
+    cm_lock_acquire(&heap_lock);
+    cm_pagemap_set(page, span);
+    cm_lock_release(&heap_lock);
+}
+
 /* Takes back a LARGE span, or a SMALL span whose objects are all free. */
 void cm_page_heap_free(cm_span *span)
 {

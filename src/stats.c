@@ -13,7 +13,7 @@
 CM_EXPORT int cmalloc_stats_get(cmalloc_stats *stats)
 {
     memset(stats, 0, sizeof *stats);
-    if (!cm_initialized)
+    if (!cm_is_initialized())
         return 0;
     size_t small_out = 0, small_cached = 0;
     for (unsigned c = 1; c < cm_class_count; c++) {
@@ -64,7 +64,7 @@ CM_EXPORT void cmalloc_stats_print(int fd)
     cm_options_print(fd);
     cm_message_str(&m, "  class     size  pages  batch   objects out\n");
     cm_message_write(&m, fd);
-    if (!cm_initialized)
+    if (!cm_is_initialized())
         return;
     for (unsigned c = 1; c < cm_class_count; c++) {
         size_t cached, out = cm_central_objects_out(c, &cached);
@@ -87,7 +87,7 @@ CM_EXPORT void cmalloc_stats_print(int fd)
 
 CM_EXPORT size_t cmalloc_release(void)
 {
-    if (!cm_initialized)
+    if (!cm_is_initialized())
         return 0;
     cm_thread_cache_flush_current();
     cm_central_drain();
@@ -98,13 +98,13 @@ CM_EXPORT size_t cmalloc_release(void)
  * (page heap lists and coalescing, central spans and batches, this thread's cache). */
 bool cm_heap_check(void)
 {
-    if (!cm_initialized)
+    if (!cm_is_initialized())
         return true;
     return cm_thread_cache_valid() && cm_central_valid() && cm_page_heap_valid();
 }
 
 __attribute__((destructor)) static void stats_at_exit(void)
 {
-    if (cm_initialized && cm_option.stats_at_exit)
+    if (cm_is_initialized() && cm_option.stats_at_exit)
         cmalloc_stats_print(2);
 }

@@ -14,8 +14,8 @@
  * Thread exit: a pthread key destructor flushes the cache and recycles it. Calls made after
  * that (other libraries' destructors) see thread_state == GONE and go to the central cache.
  * Lock: registry_lock guards the list of live caches, the spare caches and budget handover; it
- * is the outermost lock (internal.h). The caches themselves are touched only by their thread,
- * except for racy reads of `size` by stats.
+ * is the outermost lock (internal.h). The caches themselves are touched only by their thread;
+ * stats read published_size, which the slow paths store atomically.
  */
 #include "internal.h"
 
@@ -55,6 +55,13 @@ static size_t claim_budget(size_t want)
     return got;
 }
 
+/* Makes the cache's byte count visible to stats; slow paths only, so the fast paths keep
+ * plain arithmetic on a field no other thread touches. */
+static void publish_size(cm_thread_cache *cache)
+{
+    __atomic_store_n(&cache->published_size, cache->size, __ATOMIC_RELAXED);
+}
+
 /* Flushes count objects from the head of a list to the central cache, in whole batches where
  * it can (a full batch lands in the transfer cache, ready for another thread). */
 static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_t count)
@@ -79,6 +86,7 @@ static void release_all(cm_thread_cache *cache)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
         release_objects(cache, size_class, cache->lists[size_class].length);
+    publish_size(cache);
 }
 
 static void unregister(cm_thread_cache *cache)
@@ -162,6 +170,7 @@ void cm_thread_cache_scavenge(cm_thread_cache *cache)
         if (list->max_length > 1)
             list->max_length /= 2;
     }
+    publish_size(cache);
 }
 
 void *cm_thread_cache_alloc_slow(unsigned size_class)
@@ -198,6 +207,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     cache->size -= cm_classes[size_class].size;
     if (cache->size > cache->max_size)
         cm_thread_cache_scavenge(cache);
+    publish_size(cache);
     return object;
 }
 
@@ -223,6 +233,7 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
     }
     if (cache->size > cache->max_size)
         cm_thread_cache_scavenge(cache);
+    publish_size(cache);
 }
 
 void cm_thread_cache_flush_current(void)
@@ -231,13 +242,13 @@ void cm_thread_cache_flush_current(void)
         release_all(cm_thread_cache_current);
 }
 
-/* Bytes held by all thread caches (a racy snapshot); *caches gets how many caches live. */
+/* Bytes held by all thread caches as of each one's last slow path; *caches gets how many. */
 size_t cm_thread_cache_bytes(size_t *caches)
 {
     size_t bytes = 0;
     cm_lock_acquire(&registry_lock);
     for (cm_thread_cache *cache = registry; cache; cache = cache->next)
-        bytes += __atomic_load_n(&cache->size, __ATOMIC_RELAXED);
+        bytes += __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
     *caches = live_caches;
     cm_lock_release(&registry_lock);
     return bytes;

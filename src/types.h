@@ -80,7 +80,8 @@ typedef struct cm_free_list {
 
 typedef struct cm_thread_cache {
     cm_free_list lists[CM_CLASSES_MAX]; /* lists[0] is never used: class 0 means "not small" */
-    size_t size;               /* bytes on all lists */
+    size_t size;               /* bytes on all lists; read and written by its thread only */
+    size_t published_size;     /* size as of the thread's last slow path, for stats (atomic) */
     size_t max_size;           /* budget: grows from a small start, drawn from a global pool */
     struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
     struct cm_thread_cache *prev;
