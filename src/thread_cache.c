@@ -242,13 +242,15 @@ void cm_thread_cache_flush_current(void)
         release_all(cm_thread_cache_current);
 }
 
-/* Bytes held by all thread caches as of each one's last slow path; *caches gets how many. */
+/* Bytes held by all thread caches: exact for the calling thread's, as of their last slow path
+ * for the others'; *caches gets how many caches live. */
 size_t cm_thread_cache_bytes(size_t *caches)
 {
     size_t bytes = 0;
     cm_lock_acquire(&registry_lock);
     for (cm_thread_cache *cache = registry; cache; cache = cache->next)
-        bytes += __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
+        bytes += cache == cm_thread_cache_current ? cache->size /* our own: exact */
+                                                  : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
     *caches = live_caches;
     cm_lock_release(&registry_lock);
     return bytes;
