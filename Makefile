@@ -5,8 +5,8 @@
 #   make bench            the quick benchmark matrix (see scripts/bench-matrix.sh)
 #   make install PREFIX=/usr/local
 #
-# Workload- and tool-specific rules live in *.mk fragments next to their sources and are
-# included at the end; each appends to TEST_BINS / BENCH_BINS.
+# Workload- and tool-specific rules live in *.mk fragments next to their sources (included
+# before the test rule); each appends to TEST_BINS / BENCH_BINS.
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -54,6 +54,11 @@ build/obj build/tests:
 build/tests/%: tests/%.c $(LIB_A) | build/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(LIB_A) -lcmocka -lpthread
 
+# The fragments come before `test`, whose prerequisites are expanded when it is read: the
+# binaries they add to TEST_BINS / BENCH_BINS must be known by then.
+.DEFAULT_GOAL := all
+include $(wildcard bench/*.mk bench/*/*.mk tests/*.mk)
+
 test: all $(TEST_BINS) $(BENCH_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done; \
 	for s in $(TEST_SCRIPTS); do echo "== $$s"; sh $$s; done; echo "== all tests passed"
@@ -72,5 +77,3 @@ clean:
 	rm -rf build
 
 .PHONY: all test bench install clean
-
--include $(wildcard bench/*.mk bench/*/*.mk tests/*.mk)
