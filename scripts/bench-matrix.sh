@@ -252,6 +252,17 @@ if command -v flock >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-matrix.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+# Snapshot the programs and cmalloc's library: the working tree may be rebuilt while the matrix
+# runs, and every run of the matrix must use the very same files. (Messages show the originals.)
+snap="$tmp/snap"
+mkdir -p "$snap/bench"
+cp build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/bench/peak_rss "$snap/bench/"
+[ -x build/orderbook ] && cp build/orderbook "$snap/orderbook"
+declare -A run_lib
+for a in $alloc_names; do run_lib[$a]=${alloc_lib[$a]}; done
+if [ -n "${alloc_lib[cmalloc]:-}" ]; then
+  cp "${alloc_lib[cmalloc]}" "$snap/libcmalloc.so" && run_lib[cmalloc]="$snap/libcmalloc.so"
+fi
 runs="$out/runs.csv"
 failures="$out/failures.txt"
 echo "rep,workload,allocator,threads,params,ops_per_sec,wall_s,p50_ns,p99_ns,p999_ns,max_ns,peak_rss_kib" > "$runs"
@@ -315,7 +326,7 @@ prepare_orderbook() {
   [ "$ob_ready" = 1 ] && return 0
   ob_file="$tmp/orders.txt"
   echo "bench-matrix: generating $ob_messages order-book messages (seed 1)"
-  if ! build/orderbook gen --messages "$ob_messages" --seed 1 > "$ob_file" 2> "$tmp/gen.err"; then
+  if ! "$snap/orderbook" gen --messages "$ob_messages" --seed 1 > "$ob_file" 2> "$tmp/gen.err"; then
     echo "bench-matrix: notice: build/orderbook gen failed: $(head -1 "$tmp/gen.err"); order book skipped"
     ob_file=""
   fi
@@ -351,10 +362,10 @@ parse_awk='
 
 run_bench_cell() { # rep kind threads allocator name command...
   local rep=$1 kind=$2 t=$3 a=$4 name=$5; shift 5
-  local lib o="$tmp/out" e="$tmp/err" rc start params="" prefix
+  local lib rlib o="$tmp/out" e="$tmp/err" rc start params="" prefix
   local cmd=("$@")
-  if [ "$a" = cmalloc-pool ]; then lib=${alloc_lib[cmalloc]}; cmd+=(--alloc pool)
-  else lib=${alloc_lib[$a]}; fi
+  if [ "$a" = cmalloc-pool ]; then lib=${alloc_lib[cmalloc]}; rlib=${run_lib[cmalloc]}; cmd+=(--alloc pool)
+  else lib=${alloc_lib[$a]}; rlib=${run_lib[$a]}; fi
   if [ "$kind" = bench ]; then
     cmd+=(--threads "$t" --seconds "$seconds" --warmup "$warmup" --label "$name")
   else
@@ -362,11 +373,12 @@ run_bench_cell() { # rep kind threads allocator name command...
     params="messages=$ob_messages"
     case " ${cmd[*]} " in *" --pipeline "*) params="$params;pipeline" ;; esac
   fi
+  local exe=("$snap/${cmd[0]#build/}" "${cmd[@]:1}") # the snapshot of build/...
   start=$EPOCHREALTIME
   if [ "$kind" = bench ]; then
-    env ${lib:+LD_PRELOAD=$lib} timeout -k 5 "$limit" "${cmd[@]}" > "$o" 2> "$e"; rc=$?
+    env ${rlib:+LD_PRELOAD=$rlib} timeout -k 5 "$limit" "${exe[@]}" > "$o" 2> "$e"; rc=$?
   else
-    timeout -k 5 "$limit" build/bench/peak_rss -- env ${lib:+LD_PRELOAD=$lib} "${cmd[@]}" > "$o" 2> "$e"; rc=$?
+    timeout -k 5 "$limit" "$snap/bench/peak_rss" -- env ${rlib:+LD_PRELOAD=$rlib} "${exe[@]}" > "$o" 2> "$e"; rc=$?
   fi
   local took=$(( (${EPOCHREALTIME/./} - ${start/./}) / 1000 ))
   n=$((n + 1))
@@ -388,9 +400,9 @@ run_program_cell() { # rep name command... : one hyperfine invocation, every all
   order=$(rotate "$rep")
   rm -f "$tmp"/rss.*
   for a in $order; do
-    lib=${alloc_lib[$a]}
+    lib=${run_lib[$a]}
     # hyperfine -N runs the command without a shell: the same argv for every allocator
-    local c="$ROOT/build/bench/peak_rss --append $tmp/rss.$a -- env"
+    local c="$snap/bench/peak_rss --append $tmp/rss.$a -- env"
     [ -n "$lib" ] && c="$c LD_PRELOAD=$lib"
     local arg q=""
     for arg in "$@"; do case "$arg" in *" "*) q="$q '$arg'" ;; *) q="$q $arg" ;; esac; done
