@@ -6,7 +6,8 @@
  *   256 KiB < size <= threshold   a LARGE span of whole pages from the page heap (kept and
  *                                 reused when freed, returned to the OS by age)
  *   size > threshold              a MAPPED span: its own mmap, munmap on free, mremap on realloc
- * (threshold = CMALLOC_MMAP_THRESHOLD). With CMALLOC_CHECK=1 the entry points here hand over
+ * (threshold = CMALLOC_MMAP_THRESHOLD, raised by frees of mapped blocks up to
+ * CMALLOC_MMAP_THRESHOLD_MAX). With CMALLOC_CHECK=1 the entry points here hand over
  * to check.c, which wraps the *_unchecked functions. Holds no lock of its own; the live MAPPED
  * counters are atomics.
  */
@@ -98,6 +99,14 @@ static cm_span *map_span(size_t pages, size_t alignment)
     atomic_fetch_add_explicit(&mapped_live_bytes, bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&mapped_live_count, 1, memory_order_relaxed);
     return span;
+}
+
+/* A mapped block freed by the program: later blocks of its size will likely come and go
+ * too, so they are served by the page heap (kept and reused) rather than mmap and munmap. */
+static void raise_mmap_threshold(size_t bytes)
+{
+    if (bytes > mmap_threshold() && bytes <= cm_option.mmap_threshold_max)
+        __atomic_store_n(&cm_option.mmap_threshold, bytes, __ATOMIC_RELAXED);
 }
 
 static void unmap_span(cm_span *span)
@@ -261,6 +270,7 @@ static void free_span_object(void *p, cm_span *span, const char *caller)
     } else if (span->state == CM_SPAN_LARGE) {
         cm_page_heap_free(span);
     } else {
+        raise_mmap_threshold(span->pages << CM_PAGE_SHIFT);
         unmap_span(span);
     }
 }
@@ -374,6 +384,10 @@ void *cm_realloc(void *p, size_t size)
     }
     /* Keep the block when the new size fits and wastes at most half of it. */
     if (size <= old && size >= old / 2)
+        return p;
+    /* A page-heap block grows into free pages after it, or gives back its tail, in place. */
+    if (span->state == CM_SPAN_LARGE && size > CM_MAX_SMALL && size <= mmap_threshold() &&
+        cm_page_heap_resize(span, (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT))
         return p;
     void *q = cm_alloc(size);
     if (q == NULL)

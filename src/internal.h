@@ -53,6 +53,7 @@ void cm_message_write(cm_message *m, int fd);
 /* options.c */
 typedef struct cm_options {
     size_t mmap_threshold;      /* larger requests go straight to mmap */
+    size_t mmap_threshold_max;  /* how far frees of mapped blocks may raise the threshold */
     size_t thread_cache_max;    /* budget of one thread's cache */
     size_t thread_cache_total;  /* budget of all thread caches together */
     int64_t release_delay_ms;   /* free spans idle this long go back to the OS; -1 never */
@@ -132,6 +133,7 @@ static inline void *cm_span_start(const cm_span *span)
 /* page_heap.c */
 cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_class);
 void cm_page_heap_free(cm_span *span);
+bool cm_page_heap_resize(cm_span *span, size_t pages);
 size_t cm_page_heap_release(bool everything);
 size_t cm_page_heap_unmap_free(void);
 void cm_page_heap_start_background(void);

@@ -19,8 +19,11 @@ typedef struct option_entry {
 } option_entry;
 
 static const option_entry options[] = {
-    {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, 8 << 20,
+    {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, 1 << 20,
      "requests above this many bytes get their own mmap (and mremap on realloc)"},
+    {"MMAP_THRESHOLD_MAX", &cm_option.mmap_threshold_max, 0, 32 << 20,
+     "freeing a mapped block raises the threshold to its size, up to this, so blocks churned "
+     "again and again stay in the page heap (as glibc does); equal to MMAP_THRESHOLD: fixed"},
     {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, 0, 2 << 20,
      "most bytes one thread's cache may hold"},
     {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, 0, 64 << 20,

@@ -141,8 +141,9 @@ CM_EXPORT int CM_ENTRY(mallopt)(int parameter, int value)
             return 0;
         if (!cm_is_initialized())
             cm_init();
-        __atomic_store_n(&cm_option.mmap_threshold,
-                         (size_t)value > CM_MAX_SMALL ? (size_t)value : CM_MAX_SMALL, __ATOMIC_RELAXED);
+        value = (size_t)value > CM_MAX_SMALL ? value : (int)CM_MAX_SMALL;
+        __atomic_store_n(&cm_option.mmap_threshold, (size_t)value, __ATOMIC_RELAXED);
+        cm_option.mmap_threshold_max = (size_t)value; /* set by the program: no longer dynamic */
         return 1;
     case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_MAX: case M_ARENA_MAX:
     case M_ARENA_TEST: case M_PERTURB: case M_CHECK_ACTION: case M_MXFAST:

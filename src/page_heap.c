@@ -260,6 +260,49 @@ void cm_page_heap_start_background(void)
         atomic_store(&background_started, 0);
 }
 
+/* Resizes a LARGE span where it lies, for realloc: shrinking gives the tail back; growing
+ * takes pages from a free right neighbour. False (span unchanged) when that neighbour is not
+ * free or too small. */
+bool cm_page_heap_resize(cm_span *span, size_t pages)
+{
+    bool done = true;
+    cm_lock_acquire(&heap_lock);
+    if (pages < span->pages) {
+        cm_span *tail = cm_span_new();
+        if (tail == NULL) {
+            done = false;
+        } else {
+            *tail = (cm_span){.page = span->page + pages, .pages = span->pages - pages,
+                              .free_since_ms = cm_os_now_ms()};
+            large_pages -= tail->pages;
+            span->pages = pages;
+            map_ends(span);
+            map_ends(tail);
+            insert_coalesced(tail);
+        }
+    } else if (pages > span->pages) {
+        size_t need = pages - span->pages;
+        cm_span *right = free_neighbour(span, 1);
+        if (right == NULL || right->pages < need) {
+            done = false;
+        } else if (list_remove(right), !trim_locked(right, 0, need)) { /* rest stays free */
+            list_insert(right);
+            done = false;
+        } else {
+            if (span->pages > 1)
+                cm_pagemap_set(span->page + span->pages - 1, NULL); /* becomes an inner page */
+            cm_pagemap_set(right->page, NULL);
+            cm_pagemap_set(right->page + right->pages - 1, NULL);
+            cm_span_delete(right);
+            span->pages = pages;
+            map_ends(span);
+            large_pages += need;
+        }
+    }
+    cm_lock_release(&heap_lock);
+    return done;
+}
+
 /* Records (or, with NULL, forgets) a MAPPED span's first page in the pagemap. Under heap_lock
  * because coalescing reads the entries next to free spans, which may be a mapping's. */
 void cm_page_heap_set_mapped(uintptr_t page, cm_span *span)

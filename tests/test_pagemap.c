@@ -49,7 +49,7 @@ static void stale_and_wild_pointers_are_rejected(void **state)
 static void heap_objects_resolve_to_their_span(void **state)
 {
     (void)state;
-    for (size_t size = 16; size <= (4u << 20); size *= 3) {
+    for (size_t size = 16; size <= cm_option.mmap_threshold; size *= 3) {
         char *p = malloc(size);
         cm_span *span = cm_span_of(p);
         assert_non_null(span);
@@ -57,6 +57,10 @@ static void heap_objects_resolve_to_their_span(void **state)
         assert_true(span->state == CM_SPAN_SMALL || span->state == CM_SPAN_LARGE);
         free(p);
     }
+    char *mapped = malloc(cm_option.mmap_threshold_max + 1); /* above any threshold: mmap */
+    assert_non_null(cm_span_of(mapped));
+    assert_int_equal(cm_span_of(mapped)->state, CM_SPAN_MAPPED); /* only its first page maps */
+    free(mapped);
     int on_stack;
     assert_null(cm_span_of(&on_stack));
 }
