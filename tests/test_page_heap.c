@@ -118,9 +118,9 @@ static void release_returns_free_pages(void **state)
 int main(void)
 {
     cm_init();
-    const char *fixed = getenv("CMALLOC_TEST_SEED");
+    const char *fixed = getenv("TEST_SEED");
     seed = fixed ? (unsigned)strtoul(fixed, NULL, 10) : (unsigned)cm_os_now_ms();
-    printf("test_page_heap: seed %u (set CMALLOC_TEST_SEED to repeat)\n", seed);
+    printf("test_page_heap: seed %u (set TEST_SEED to repeat)\n", seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_and_coalesce),
         cmocka_unit_test(random_sequence_keeps_invariants),
