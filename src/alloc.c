@@ -45,27 +45,35 @@ static void *out_of_memory(void)
     return NULL;
 }
 
-void cm_report_bad_pointer(const char *caller, const char *what, const void *p)
+/* Ends an error report begun in m: says what happens next, writes it, and aborts unless
+ * CMALLOC_ABORT_ON_ERROR=0 (then the caller leaks the pointer and goes on). */
+void cm_report_finish(cm_message *m)
+{
+    cm_message_str(m, cm_option.abort_on_error ? "; aborting\n" : "; leaking it and going on\n");
+    cm_message_write(m, 2);
+    if (cm_option.abort_on_error)
+        abort();
+}
+
+static CM_COLD void report_invalid_pointer(const char *caller, const void *p)
 {
     cm_message m = {.length = 0};
     cm_message_str(&m, "cmalloc: ");
-    if (strcmp(what, "double free") == 0) {
-        cm_message_str(&m, "double free ");
-        cm_message_hex(&m, (uintptr_t)p);
-        cm_message_str(&m, " in ");
-        cm_message_str(&m, caller);
-        cm_message_str(&m, "()");
-    } else {
-        cm_message_str(&m, caller);
-        cm_message_str(&m, "(): ");
-        cm_message_str(&m, what);
-        cm_message_str(&m, " ");
-        cm_message_hex(&m, (uintptr_t)p);
-    }
-    cm_message_str(&m, cm_option.abort_on_error ? "; aborting\n" : "; leaking it and going on\n");
-    cm_message_write(&m, 2);
-    if (cm_option.abort_on_error)
-        abort();
+    cm_message_str(&m, caller);
+    cm_message_str(&m, "(): invalid pointer ");
+    cm_message_hex(&m, (uintptr_t)p);
+    cm_report_finish(&m);
+}
+
+void cm_report_double_free(const char *caller, const void *p)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: double free ");
+    cm_message_hex(&m, (uintptr_t)p);
+    cm_message_str(&m, " in ");
+    cm_message_str(&m, caller);
+    cm_message_str(&m, "()");
+    cm_report_finish(&m);
 }
 
 void cm_report_corrupt_list(const void *object)
@@ -122,8 +130,6 @@ static void unmap_span(cm_span *span)
     atomic_fetch_sub_explicit(&mapped_live_count, 1, memory_order_relaxed);
 }
 
-/* A LARGE or MAPPED allocation of at least size bytes at an alignment >= CM_PAGE_SIZE's
- * divisors (alignment is a power of two). */
 /* When the OS refuses memory: give back everything cached (the calling thread's cache, the
  * transfer caches) and unmap every free span, so that one retry can succeed. */
 static bool reclaim_for_retry(void)
@@ -141,6 +147,8 @@ static cm_span *large_span(size_t size, size_t alignment)
                : cm_page_heap_alloc(pages, alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
 }
 
+/* A LARGE or MAPPED allocation of at least size bytes, aligned to alignment (a power of two
+ * >= CM_PAGE_SIZE). */
 static void *alloc_large(size_t size, size_t alignment)
 {
     if (size > PTRDIFF_MAX - alignment - CM_PAGE_SIZE)
@@ -196,11 +204,38 @@ void *cm_alloc_aligned(size_t alignment, size_t size)
 
 /* ---- free ---------------------------------------------------------------------------------- */
 
-/* Whether p, found in no span, was very likely handed out before: the start of a recently
- * unmapped MAPPED span, or a page boundary inside a free span (a LARGE span merged with free
- * neighbours after its free). Error path only: walks back through the pagemap. */
+/* The span of which p is an object start, or NULL. */
+static cm_span *object_span(const void *p)
+{
+    cm_span *span = cm_is_initialized() ? cm_span_of(p) : NULL;
+    if (span == NULL)
+        return NULL;
+    size_t offset = (size_t)((const char *)p - (const char *)cm_span_start(span));
+    switch (span->state) {
+    case CM_SPAN_SMALL:
+        return offset % cm_classes[span->size_class].size == 0 ? span : NULL;
+    case CM_SPAN_LARGE:
+    case CM_SPAN_MAPPED:
+        return offset == 0 ? span : NULL;
+    default:
+        return NULL;
+    }
+}
+
+bool cm_is_object_start(const void *p)
+{
+    return object_span(p) != NULL;
+}
+
+/* Whether p, which is no object's start, was very likely handed out before: the start of a
+ * free span, of a recently unmapped MAPPED span, or a page boundary inside a free span (a
+ * LARGE span merged with free neighbours after its free). Error path only: walks back
+ * through the pagemap. */
 static bool freed_before(const void *p)
 {
+    cm_span *span = cm_span_of(p);
+    if (span != NULL)
+        return span->state == CM_SPAN_FREE && p == cm_span_start(span);
     for (unsigned i = 0; i < RECENTLY_UNMAPPED; i++)
         if (atomic_load_explicit(&recently_unmapped[i], memory_order_relaxed) == (uintptr_t)p)
             return true;
@@ -210,53 +245,23 @@ static bool freed_before(const void *p)
         const char *probe = (const char *)p - back * CM_PAGE_SIZE;
         if (cm_pagemap_leaf_of(probe) == NULL)
             return false;
-        cm_span *span = cm_span_of(probe);
+        span = cm_span_of(probe);
         if (span != NULL)
-            return span->state == CM_SPAN_FREE && cm_span_of(p) == NULL &&
-                   ((uintptr_t)p >> CM_PAGE_SHIFT) - span->page < span->pages;
+            return span->state == CM_SPAN_FREE && ((uintptr_t)p >> CM_PAGE_SHIFT) - span->page < span->pages;
     }
     return false;
-}
-
-/* The span of which p is an object start, or NULL; *problem says why not. */
-static cm_span *object_span(const void *p, const char **problem)
-{
-    cm_span *span = cm_is_initialized() ? cm_span_of(p) : NULL;
-    *problem = "invalid pointer";
-    if (span == NULL) {
-        if (cm_is_initialized() && freed_before(p))
-            *problem = "double free";
-        return NULL;
-    }
-    size_t offset = (size_t)((const char *)p - (const char *)cm_span_start(span));
-    switch (span->state) {
-    case CM_SPAN_SMALL:
-        return offset % cm_classes[span->size_class].size == 0 ? span : NULL;
-    case CM_SPAN_LARGE:
-    case CM_SPAN_MAPPED:
-        return offset == 0 ? span : NULL;
-    case CM_SPAN_FREE:
-        if (offset == 0)
-            *problem = "double free";
-        return NULL;
-    default:
-        return NULL;
-    }
-}
-
-bool cm_is_object_start(const void *p)
-{
-    const char *problem;
-    return object_span(p, &problem) != NULL;
 }
 
 /* The span of a pointer the program hands back, or NULL after reporting it as bad. */
 static cm_span *checked_span(const void *p, const char *caller)
 {
-    const char *problem;
-    cm_span *span = object_span(p, &problem);
-    if (span == NULL)
-        cm_report_bad_pointer(caller, problem, p);
+    cm_span *span = object_span(p);
+    if (span == NULL) {
+        if (cm_is_initialized() && freed_before(p))
+            cm_report_double_free(caller, p);
+        else
+            report_invalid_pointer(caller, p);
+    }
     return span;
 }
 
@@ -264,7 +269,7 @@ static void free_span_object(void *p, cm_span *span, const char *caller)
 {
     if (span->state == CM_SPAN_SMALL) {
         if (p == cm_thread_cache_current->lists[span->size_class].head)
-            cm_report_bad_pointer(caller, "double free", p);
+            cm_report_double_free(caller, p);
         else
             cm_thread_cache_free_slow(p, span->size_class);
     } else if (span->state == CM_SPAN_LARGE) {

@@ -21,7 +21,6 @@
  */
 #include "internal.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #define HEADER 32
@@ -59,10 +58,8 @@ static CM_COLD void report(const char *what, const void *p, size_t detail, const
     cm_message_str(&m, " (");
     cm_message_uint(&m, detail);
     cm_message_str(&m, unit);
-    cm_message_str(&m, cm_option.abort_on_error ? "); aborting\n" : "); leaking it and going on\n");
-    cm_message_write(&m, 2);
-    if (cm_option.abort_on_error)
-        abort();
+    cm_message_str(&m, ")");
+    cm_report_finish(&m);
 }
 
 static size_t raw_size(const check_header *raw)
@@ -116,7 +113,7 @@ bool cm_check_free(void *p, const char *caller)
     if (raw == NULL)
         return false;
     if (raw->state != state_word(ALLOCATED, raw)) {
-        cm_report_bad_pointer(caller, "double free", p);
+        cm_report_double_free(caller, p);
         return true;
     }
     const unsigned char *canary = (const unsigned char *)p + raw->requested;

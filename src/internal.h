@@ -176,7 +176,8 @@ void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);
 size_t cm_usable_size(const void *p);
 size_t cm_mapped_live_bytes(size_t *count);
-CM_COLD void cm_report_bad_pointer(const char *caller, const char *what, const void *p);
+void cm_report_finish(cm_message *m);
+CM_COLD void cm_report_double_free(const char *caller, const void *p);
 
 /* check.c: the CMALLOC_CHECK=1 debug mode */
 void *cm_check_alloc(size_t size);

@@ -186,7 +186,10 @@ static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow)
                 return NULL;
             if (_ZSt17__throw_bad_allocv)
                 _ZSt17__throw_bad_allocv();
-            cm_report_bad_pointer("operator new", "out of memory, no C++ runtime to throw", NULL);
+            cm_message m = {.length = 0};
+            cm_message_str(&m, "cmalloc: operator new: out of memory and no C++ runtime to throw "
+                               "std::bad_alloc; aborting\n");
+            cm_message_write(&m, 2);
             abort();
         }
         handler();
