@@ -162,6 +162,19 @@ static void *gateway_main(void *arg)
     return NULL;
 }
 
+/* After each message: records its latency (since t0), drains the trade ring off the clock
+ * when it fills, and returns the start time of the next message. */
+static inline uint64_t message_done(worker *w, ob_trades *ring, ob_histogram *hist, uint64_t t0)
+{
+    uint64_t t1 = ob_clock_ticks();
+    ob_histogram_record(hist, t1 - t0);
+    if (__builtin_expect(ob_trades_count(ring) >= DRAIN_AT, 0)) {
+        drain(w, ring);
+        t1 = ob_clock_ticks();
+    }
+    return t1;
+}
+
 static void *matcher_main(void *arg)
 {
     worker *w = arg;
@@ -185,13 +198,7 @@ static void *matcher_main(void *arg)
     if (!q) {
         for (size_t i = 0; i < n; i++) {
             results[ob_book_apply(book, &msgs[i], NULL)]++;
-            uint64_t t1 = ob_clock_ticks();
-            ob_histogram_record(hist, t1 - t0);
-            t0 = t1;
-            if (__builtin_expect(ob_trades_count(&ring) >= DRAIN_AT, 0)) {
-                drain(w, &ring);
-                t0 = ob_clock_ticks();
-            }
+            t0 = message_done(w, &ring, hist, t0);
         }
     } else {
         size_t head = 0;
@@ -206,13 +213,7 @@ static void *matcher_main(void *arg)
             handoff h = q->slots[head & (QUEUE_SLOTS - 1)];
             atomic_store_explicit(&q->head, ++head, memory_order_release);
             results[ob_book_apply(book, h.msg, h.order)]++;
-            uint64_t t1 = ob_clock_ticks();
-            ob_histogram_record(hist, t1 - t0);
-            t0 = t1;
-            if (__builtin_expect(ob_trades_count(&ring) >= DRAIN_AT, 0)) {
-                drain(w, &ring);
-                t0 = ob_clock_ticks();
-            }
+            t0 = message_done(w, &ring, hist, t0);
         }
     }
     drain(w, &ring);
