@@ -20,7 +20,7 @@ SONAME  := libcmalloc.so.0
 
 # Layer order: platform, metadata, back end, middle end, front end, entry points.
 SRCS := src/os.c src/options.c src/metadata.c src/size_class.c src/pagemap.c src/page_heap.c \
-        src/central_cache.c src/thread_cache.c src/alloc.c src/check.c src/stats.c src/pool.c src/init.c \
+        src/central_cache.c src/thread_cache.c src/alloc.c src/check.c src/stats.c src/stats_json.c src/pool.c src/init.c \
         src/override.c
 OBJS := $(patsubst src/%.c,build/obj/%.o,$(SRCS))
 

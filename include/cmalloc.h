@@ -36,6 +36,13 @@ int cmalloc_stats_get(cmalloc_stats *stats);
  * fd. Never allocates. */
 void cmalloc_stats_print(int fd);
 
+/* Writes the same numbers for programs, as one JSON object on one line followed by a newline:
+ * version, totals, bytes per layer, large and mapped blocks, one entry per size class in use
+ * (objects out, in the central cache, in the calling thread's cache, in use, spans) and the
+ * options in force. The fields are described in docs/DESIGN.md ("Statistics"). Never
+ * allocates. */
+void cmalloc_stats_print_json(int fd);
+
 /* Returns free memory to the OS now: the calling thread's cache, every central cache's spare
  * batches and every idle free span. Returns the number of bytes released. */
 size_t cmalloc_release(void);

@@ -58,13 +58,18 @@ typedef struct cm_options {
     size_t thread_cache_total;  /* budget of all thread caches together */
     int64_t release_delay_ms;   /* free spans idle this long go back to the OS; -1 never */
     size_t background_release;  /* a helper thread releases idle spans with no allocator call */
-    size_t stats_at_exit;       /* print the stats report to stderr at exit */
+    size_t stats_at_exit;       /* at exit: 0 nothing, 1 the stats report, CM_STATS_JSON JSON */
     size_t abort_on_error;      /* abort after reporting a bad free (else leak it, go on) */
     size_t check;               /* debug mode: canaries, fill patterns, quarantine (check.c) */
+    size_t verbose;             /* print the options in force at start */
 } cm_options;
+#define CM_STATS_JSON 2         /* CMALLOC_STATS=json */
 extern cm_options cm_option;
 void cm_options_init(char **environment);
 void cm_options_print(int fd);
+/* Option number index (0, 1, ... until false): its upper-case name, value, and keyword when
+ * the value is the option's keyword value (else NULL). */
+bool cm_option_at(unsigned index, const char **name, int64_t *value, const char **keyword);
 
 /* metadata.c: internal memory that never comes from malloc */
 void *cm_metadata_alloc(size_t size);

@@ -1,43 +1,57 @@
 /* options.c - cmalloc's tunables: one table (name, default, doc), read once from the environment.
  *
- * CMALLOC_<NAME>=<value> sets option <name>. Sizes take K, M or G suffixes. Read at init straight
- * from environ (getenv may allocate or take locale locks); a bad value gets a one-line warning
- * on stderr and the default. The README's option list is written from this table.
+ * Two ways to set option <NAME>, read at init straight from environ (getenv may allocate or
+ * take locale locks), never with malloc:
+ *   CMALLOC_CONF=name:value,name:value   every option in one string, names in lower case
+ *   CMALLOC_<NAME>=value                 one option; wins over CMALLOC_CONF whatever the order
+ *                                        of the two in the environment
+ * Values are numbers with an optional K, M or G suffix, or an option's keyword (STATS: json).
+ * Within CMALLOC_CONF a later item wins over an earlier one. An unknown name or a bad value
+ * gets exactly one warning line on stderr naming it, and the option keeps the value it had
+ * (its default unless set before): never a crash, never silence. CMALLOC_VERBOSE=1 prints the
+ * options in force once they are read. The README's option table is written from this table
+ * (tests/test_readme_options.sh keeps the two alike).
  */
 #include "internal.h"
+#include "cmalloc.h"
 
 #include <string.h>
 
 cm_options cm_option;
 
 typedef struct option_entry {
-    const char *name;          /* after the CMALLOC_ prefix */
+    const char *name;          /* after the CMALLOC_ prefix; lower case in CMALLOC_CONF */
     void *field;               /* into cm_option */
     int is_signed;             /* int64_t field (else size_t) */
     int64_t default_value;
     const char *doc;
+    const char *keyword;       /* a word accepted for keyword_value, or NULL */
+    int64_t keyword_value;
 } option_entry;
 
 static const option_entry options[] = {
     {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, 1 << 20,
-     "requests above this many bytes get their own mmap (and mremap on realloc)"},
+     .doc = "requests above this many bytes get their own mmap (and mremap on realloc)"},
     {"MMAP_THRESHOLD_MAX", &cm_option.mmap_threshold_max, 0, 32 << 20,
-     "freeing a mapped block raises the threshold to its size, up to this, so blocks churned "
+     .doc = "freeing a mapped block raises the threshold to its size, up to this, so blocks churned "
      "again and again stay in the page heap (as glibc does); equal to MMAP_THRESHOLD: fixed"},
     {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, 0, 2 << 20,
-     "most bytes one thread's cache may hold"},
+     .doc = "most bytes one thread's cache may hold"},
     {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, 0, 64 << 20,
-     "most bytes all thread caches together may hold"},
+     .doc = "most bytes all thread caches together may hold"},
     {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, 1, 1000,
-     "free pages idle this long are returned to the OS (0: at once, -1: never)"},
+     .doc = "free pages idle this long are returned to the OS (0: at once, -1: never)"},
     {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 1,
-     "1: once 8 MiB of free pages are resident, a helper thread returns idle ones even when "
+     .doc = "1: once 8 MiB of free pages are resident, a helper thread returns idle ones even when "
      "the program makes no calls; 0: only allocator calls do"},
-    {"STATS", &cm_option.stats_at_exit, 0, 0, "1: print the stats report to stderr at exit"},
+    {"STATS", &cm_option.stats_at_exit, 0, 0,
+     .doc = "1: print the stats report to stderr at exit; json: the same as one JSON object",
+     .keyword = "json", .keyword_value = CM_STATS_JSON},
     {"CHECK", &cm_option.check, 0, 0,
-     "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower"},
+     .doc = "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower"},
     {"ABORT_ON_ERROR", &cm_option.abort_on_error, 0, 1,
-     "1: abort after reporting an invalid or double free; 0: leak the pointer and go on"},
+     .doc = "1: abort after reporting an invalid or double free; 0: leak the pointer and go on"},
+    {"VERBOSE", &cm_option.verbose, 0, 0, .doc = "1: print the options in force to stderr at start"},
 };
 enum { OPTION_COUNT = sizeof options / sizeof options[0] };
 
@@ -49,70 +63,180 @@ static void store(const option_entry *o, int64_t value)
         *(size_t *)o->field = (size_t)value;
 }
 
-/* Parses [-]digits[KMG]; returns 0 on success. */
-static int parse_value(const char *text, int allow_negative, int64_t *out)
+static int64_t load(const option_entry *o)
 {
+    return o->is_signed ? *(int64_t *)o->field : (int64_t) * (size_t *)o->field;
+}
+
+/* ASCII, so no locale is consulted. */
+static char upper(char c)
+{
+    return c >= 'a' && c <= 'z' ? (char)(c - 'a' + 'A') : c;
+}
+
+/* True when text[0..length) is word, ignoring ASCII case. */
+static bool same_word(const char *text, size_t length, const char *word)
+{
+    for (size_t i = 0; i < length; i++)
+        if (word[i] == '\0' || upper(text[i]) != upper(word[i]))
+            return false;
+    return word[length] == '\0';
+}
+
+static const option_entry *find(const char *name, size_t length)
+{
+    for (int i = 0; i < OPTION_COUNT; i++)
+        if (same_word(name, length, options[i].name))
+            return &options[i];
+    return NULL;
+}
+
+/* Parses text[0..length) as the option's keyword or [-]digits[KMG]; returns 0 on success. */
+static int parse_value(const option_entry *o, const char *text, size_t length, int64_t *out)
+{
+    const char *end = text + length;
+    if (o->keyword && same_word(text, length, o->keyword)) {
+        *out = o->keyword_value;
+        return 0;
+    }
     int negative = 0;
-    if (*text == '-' && allow_negative) {
+    if (text < end && *text == '-' && o->is_signed) {
         negative = 1;
         text++;
     }
-    if (*text < '0' || *text > '9')
+    if (text == end || *text < '0' || *text > '9')
         return -1;
     uint64_t value = 0;
-    for (; *text >= '0' && *text <= '9'; text++) {
+    for (; text < end && *text >= '0' && *text <= '9'; text++) {
         if (value > (UINT64_MAX / 2 - 9) / 10)
             return -1;
         value = value * 10 + (uint64_t)(*text - '0');
     }
     unsigned shift = 0;
-    switch (*text) {
-    case 'k': case 'K': shift = 10; text++; break;
-    case 'm': case 'M': shift = 20; text++; break;
-    case 'g': case 'G': shift = 30; text++; break;
-    default: break;
+    if (text < end) {
+        switch (*text) {
+        case 'k': case 'K': shift = 10; text++; break;
+        case 'm': case 'M': shift = 20; text++; break;
+        case 'g': case 'G': shift = 30; text++; break;
+        default: break;
+        }
     }
-    if (*text != '\0' || value > ((uint64_t)INT64_MAX >> shift))
+    if (text != end || value > ((uint64_t)INT64_MAX >> shift))
         return -1;
     *out = negative ? -(int64_t)(value << shift) : (int64_t)(value << shift);
     return 0;
 }
 
-static void warn_bad(const char *assignment, const char *why)
+static void message_part(cm_message *m, const char *text, size_t length)
+{
+    for (size_t i = 0; i < length && m->length < sizeof m->text; i++)
+        m->text[m->length++] = text[i];
+}
+
+/* The option's value as it is written in the environment: its keyword, or a number. */
+static void message_value(cm_message *m, const option_entry *o)
+{
+    int64_t value = load(o);
+    if (o->keyword && value == o->keyword_value) {
+        cm_message_str(m, o->keyword);
+        return;
+    }
+    if (value < 0)
+        cm_message_str(m, "-");
+    cm_message_uint(m, value < 0 ? (uint64_t)-value : (uint64_t)value);
+}
+
+/* One warning line naming the item as written: "cmalloc: <source>: <problem> '<item>'", then
+ * what happens: ignored, or (a bad value) the option keeps the value it had. */
+static void warn(const char *source, const char *problem, const char *item, size_t length,
+                 const option_entry *kept)
 {
     cm_message m = {.length = 0};
-    cm_message_str(&m, "cmalloc: warning: ignoring ");
-    cm_message_str(&m, assignment);
-    cm_message_str(&m, " (");
-    cm_message_str(&m, why);
-    cm_message_str(&m, "); using the default\n");
+    cm_message_str(&m, "cmalloc: ");
+    cm_message_str(&m, source);
+    cm_message_str(&m, ": ");
+    cm_message_str(&m, problem);
+    cm_message_str(&m, " '");
+    message_part(&m, item, length);
+    if (kept) {
+        cm_message_str(&m, "' (want a number with an optional K, M or G suffix");
+        if (kept->keyword) {
+            cm_message_str(&m, ", or ");
+            cm_message_str(&m, kept->keyword);
+        }
+        cm_message_str(&m, "); keeping ");
+        message_value(&m, kept);
+    } else {
+        cm_message_str(&m, "'; ignored");
+    }
+    cm_message_str(&m, "\n");
     cm_message_write(&m, 2);
+}
+
+/* Sets an option from one item, item[0..length): the name runs from name to separator, the
+ * value from separator + 1 to the end. Warnings quote the item as written. */
+static void assign(const char *source, const char *item, size_t length, const char *name,
+                   const char *separator)
+{
+    const option_entry *o = find(name, (size_t)(separator - name));
+    int64_t parsed;
+    if (o == NULL)
+        warn(source, "unknown option", item, (size_t)(separator - item), NULL);
+    else if (parse_value(o, separator + 1, length - (size_t)(separator + 1 - item), &parsed) != 0)
+        warn(source, "bad value in", item, length, o);
+    else
+        store(o, parsed);
+}
+
+/* CMALLOC_CONF: name:value items separated by commas; empty items are skipped. */
+static void apply_conf(const char *conf)
+{
+    while (*conf) {
+        const char *end = strchr(conf, ',');
+        if (end == NULL)
+            end = conf + strlen(conf);
+        const char *colon = memchr(conf, ':', (size_t)(end - conf));
+        if (colon)
+            assign("CMALLOC_CONF", conf, (size_t)(end - conf), conf, colon);
+        else if (end > conf)
+            warn("CMALLOC_CONF", "not name:value", conf, (size_t)(end - conf), NULL);
+        conf = *end ? end + 1 : end;
+    }
 }
 
 void cm_options_init(char **environment)
 {
+    static const char conf_name[] = "CMALLOC_CONF=";
     for (int i = 0; i < OPTION_COUNT; i++)
         store(&options[i], options[i].default_value);
+    /* The string first, so that a CMALLOC_<NAME> variable overrides it wherever it stands. */
+    for (char **entry = environment; entry && *entry; entry++)
+        if (strncmp(*entry, conf_name, sizeof conf_name - 1) == 0)
+            apply_conf(*entry + sizeof conf_name - 1);
     for (char **entry = environment; entry && *entry; entry++) {
-        if (strncmp(*entry, "CMALLOC_", 8) != 0)
+        const char *equals = strchr(*entry, '=');
+        if (strncmp(*entry, "CMALLOC_", 8) != 0 || equals == NULL ||
+            strncmp(*entry, conf_name, sizeof conf_name - 1) == 0)
             continue;
-        const char *name = *entry + 8, *equals = strchr(name, '=');
-        if (equals == NULL)
-            continue;
-        int i = 0;
-        while (i < OPTION_COUNT && !(strncmp(options[i].name, name, (size_t)(equals - name)) == 0 &&
-                                     options[i].name[equals - name] == '\0'))
-            i++;
-        if (i == OPTION_COUNT) {
-            warn_bad(*entry, "unknown option");
-            continue;
-        }
-        int64_t value;
-        if (parse_value(equals + 1, options[i].is_signed, &value) != 0)
-            warn_bad(*entry, "not a number with an optional K, M or G suffix");
-        else
-            store(&options[i], value);
+        assign("environment", *entry, strlen(*entry), *entry + 8, equals);
     }
+    if (cm_option.verbose) {
+        cm_message m = {.length = 0};
+        cm_message_str(&m, "cmalloc " CMALLOC_VERSION ": options in force\n");
+        cm_message_write(&m, 2);
+        cm_options_print(2);
+    }
+}
+
+bool cm_option_at(unsigned index, const char **name, int64_t *value, const char **keyword)
+{
+    if (index >= OPTION_COUNT)
+        return false;
+    const option_entry *o = &options[index];
+    *name = o->name;
+    *value = load(o);
+    *keyword = o->keyword && *value == o->keyword_value ? o->keyword : NULL;
+    return true;
 }
 
 void cm_options_print(int fd)
@@ -122,13 +246,7 @@ void cm_options_print(int fd)
         cm_message_str(&m, "  CMALLOC_");
         cm_message_str(&m, options[i].name);
         cm_message_str(&m, "=");
-        int64_t value = options[i].is_signed ? *(int64_t *)options[i].field
-                                             : (int64_t) * (size_t *)options[i].field;
-        if (value < 0) {
-            cm_message_str(&m, "-");
-            value = -value;
-        }
-        cm_message_uint(&m, (uint64_t)value);
+        message_value(&m, &options[i]);
         cm_message_str(&m, "  ");
         cm_message_str(&m, options[i].doc);
         cm_message_str(&m, "\n");

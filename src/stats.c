@@ -106,5 +106,5 @@ bool cm_heap_check(void)
 __attribute__((destructor)) static void stats_at_exit(void)
 {
     if (cm_is_initialized() && cm_option.stats_at_exit)
-        cmalloc_stats_print(2);
+        (cm_option.stats_at_exit == CM_STATS_JSON ? cmalloc_stats_print_json : cmalloc_stats_print)(2);
 }
