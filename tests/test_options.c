@@ -1,0 +1,214 @@
+/* test_options.c - reading the options (src/options.c): CMALLOC_CONF=name:value,... and
+ * CMALLOC_<NAME>=value.
+ *
+ * cm_options_init is called with made-up environments; its stderr is captured in a file, so
+ * each case checks both the values in force and the exact warnings: good items apply, K/M/G
+ * suffixes scale, a CMALLOC_<NAME> variable wins over the string in either order, a later
+ * item wins over an earlier one, and every unknown name or bad value gives exactly one line
+ * naming it while the option keeps its value. Each case ends by reading an empty environment,
+ * which puts every default back for the rest of the process.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "cmalloc.h"
+
+static char captured[8192];
+
+/* Reads env (NULL-terminated) as the environment; returns the number of lines written to
+ * stderr, whose text is left in captured. */
+static int read_options(char **env)
+{
+    FILE *file = tmpfile();
+    assert_non_null(file);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(file), 2) >= 0);
+    cm_options_init(env);
+    assert_true(dup2(saved, 2) >= 0);
+    close(saved);
+    rewind(file);
+    size_t n = fread(captured, 1, sizeof captured - 1, file);
+    captured[n] = '\0';
+    fclose(file);
+    int lines = 0;
+    for (size_t i = 0; i < n; i++)
+        lines += captured[i] == '\n';
+    return lines;
+}
+
+static int restore_defaults(void **state)
+{
+    (void)state;
+    char *env[] = {NULL};
+    read_options(env);
+    return 0;
+}
+
+static void good_items_apply_with_suffixes(void **state)
+{
+    (void)state;
+    char *env[] = {"HOME=/x",
+                   "CMALLOC_CONF=mmap_threshold:2M,thread_cache_max:512k,thread_cache_total:1G,"
+                   "release_delay_ms:-1,mmap_threshold_max:4096,stats:json,check:0",
+                   NULL};
+    assert_int_equal(read_options(env), 0);
+    assert_int_equal(cm_option.mmap_threshold, 2 << 20);
+    assert_int_equal(cm_option.thread_cache_max, 512 << 10);
+    assert_int_equal(cm_option.thread_cache_total, (size_t)1 << 30);
+    assert_int_equal(cm_option.release_delay_ms, -1);
+    assert_int_equal(cm_option.mmap_threshold_max, 4096);
+    assert_int_equal(cm_option.stats_at_exit, CM_STATS_JSON);
+    assert_int_equal(cm_option.abort_on_error, 1); /* untouched: default */
+}
+
+static void names_and_keywords_ignore_case_empty_items_are_skipped(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_CONF=,MMAP_Threshold:3m,,stats:JSON,", NULL};
+    assert_int_equal(read_options(env), 0);
+    assert_int_equal(cm_option.mmap_threshold, 3 << 20);
+    assert_int_equal(cm_option.stats_at_exit, CM_STATS_JSON);
+}
+
+static void unknown_name_warns_once_and_the_rest_applies(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_CONF=x:1,mmap_threshold:64k", NULL};
+    assert_int_equal(read_options(env), 1);
+    assert_string_equal(captured, "cmalloc: CMALLOC_CONF: unknown option 'x'; ignored\n");
+    assert_int_equal(cm_option.mmap_threshold, 64 << 10);
+}
+
+static void bad_values_warn_once_each_and_keep_the_default(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_CONF=mmap_threshold:lots,thread_cache_max:12Q,check:,"
+                   "thread_cache_total:-5,mmap_threshold_max:99999999999999999999,stats:yaml",
+                   NULL};
+    assert_int_equal(read_options(env), 6);
+    assert_non_null(strstr(captured, "cmalloc: CMALLOC_CONF: bad value in 'mmap_threshold:lots' (want "
+                                     "a number with an optional K, M or G suffix); keeping 1048576\n"));
+    assert_non_null(strstr(captured, "'thread_cache_max:12Q'"));
+    assert_non_null(strstr(captured, "'check:'"));
+    assert_non_null(strstr(captured, "'thread_cache_total:-5'")); /* unsigned: no minus */
+    assert_non_null(strstr(captured, "'mmap_threshold_max:99999999999999999999'"));
+    assert_non_null(strstr(captured, "bad value in 'stats:yaml' (want a number with an optional K, M "
+                                     "or G suffix, or json); keeping 0\n"));
+    assert_int_equal(cm_option.mmap_threshold, 1 << 20);
+    assert_int_equal(cm_option.thread_cache_max, 2 << 20);
+    assert_int_equal(cm_option.check, 0);
+    assert_int_equal(cm_option.thread_cache_total, 64 << 20);
+    assert_int_equal(cm_option.mmap_threshold_max, 32 << 20);
+    assert_int_equal(cm_option.stats_at_exit, 0);
+}
+
+static void item_without_colon_warns(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_CONF=check=1,abort_on_error:0", NULL};
+    assert_int_equal(read_options(env), 1);
+    assert_string_equal(captured, "cmalloc: CMALLOC_CONF: not name:value 'check=1'; ignored\n");
+    assert_int_equal(cm_option.check, 0);
+    assert_int_equal(cm_option.abort_on_error, 0);
+}
+
+static void later_item_wins_and_a_bad_one_keeps_the_value_in_force(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_CONF=mmap_threshold:1k,mmap_threshold:2k,mmap_threshold:junk", NULL};
+    assert_int_equal(read_options(env), 1);
+    assert_non_null(strstr(captured, "keeping 2048\n"));
+    assert_int_equal(cm_option.mmap_threshold, 2048);
+}
+
+/* The variable wins whether it comes before or after CMALLOC_CONF in the environment. */
+static void variable_overrides_string_in_either_order(void **state)
+{
+    (void)state;
+    char *before[] = {"CMALLOC_MMAP_THRESHOLD=3M", "CMALLOC_CONF=mmap_threshold:2M,check:1", NULL};
+    assert_int_equal(read_options(before), 0);
+    assert_int_equal(cm_option.mmap_threshold, 3 << 20);
+    assert_int_equal(cm_option.check, 1);
+    char *after[] = {"CMALLOC_CONF=mmap_threshold:2M,check:1", "CMALLOC_MMAP_THRESHOLD=3M", NULL};
+    assert_int_equal(read_options(after), 0);
+    assert_int_equal(cm_option.mmap_threshold, 3 << 20);
+    char *bad_variable[] = {"CMALLOC_CONF=mmap_threshold:2M", "CMALLOC_MMAP_THRESHOLD=3X", NULL};
+    assert_int_equal(read_options(bad_variable), 1);
+    assert_string_equal(captured, "cmalloc: environment: bad value in 'CMALLOC_MMAP_THRESHOLD=3X' (want "
+                                  "a number with an optional K, M or G suffix); keeping 2097152\n");
+    assert_int_equal(cm_option.mmap_threshold, 2 << 20);
+}
+
+static void unknown_variable_warns(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_NOPE=1", "CMALLOC_STATS=json", "NOT_CMALLOC_X=1", NULL};
+    assert_int_equal(read_options(env), 1);
+    assert_string_equal(captured, "cmalloc: environment: unknown option 'CMALLOC_NOPE'; ignored\n");
+    assert_int_equal(cm_option.stats_at_exit, CM_STATS_JSON);
+}
+
+static void verbose_prints_every_option_in_force(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_CONF=verbose:1,mmap_threshold:2M,stats:json", NULL};
+    const char *name, *keyword;
+    int64_t value;
+    unsigned count = 0;
+    while (cm_option_at(count, &name, &value, &keyword))
+        count++;
+    assert_int_equal(read_options(env), 1 + count);
+    assert_non_null(strstr(captured, "cmalloc " CMALLOC_VERSION ": options in force\n"));
+    assert_non_null(strstr(captured, "  CMALLOC_MMAP_THRESHOLD=2097152  "));
+    assert_non_null(strstr(captured, "  CMALLOC_STATS=json  "));
+    assert_non_null(strstr(captured, "  CMALLOC_VERBOSE=1  "));
+    char *quiet[] = {"CMALLOC_CONF=mmap_threshold:2M", NULL};
+    assert_int_equal(read_options(quiet), 0);
+}
+
+/* cm_option_at (what the JSON stats list) walks the same table with the values in force. */
+static void option_at_reports_values_and_keywords(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_CONF=stats:json,release_delay_ms:-1", NULL};
+    read_options(env);
+    const char *name, *keyword;
+    int64_t value;
+    bool saw_stats = false, saw_delay = false;
+    for (unsigned i = 0; cm_option_at(i, &name, &value, &keyword); i++) {
+        if (strcmp(name, "STATS") == 0) {
+            saw_stats = true;
+            assert_int_equal(value, CM_STATS_JSON);
+            assert_string_equal(keyword, "json");
+        } else if (strcmp(name, "RELEASE_DELAY_MS") == 0) {
+            saw_delay = true;
+            assert_int_equal(value, -1);
+            assert_null(keyword);
+        }
+    }
+    assert_true(saw_stats && saw_delay);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(good_items_apply_with_suffixes, restore_defaults),
+        cmocka_unit_test_teardown(names_and_keywords_ignore_case_empty_items_are_skipped, restore_defaults),
+        cmocka_unit_test_teardown(unknown_name_warns_once_and_the_rest_applies, restore_defaults),
+        cmocka_unit_test_teardown(bad_values_warn_once_each_and_keep_the_default, restore_defaults),
+        cmocka_unit_test_teardown(item_without_colon_warns, restore_defaults),
+        cmocka_unit_test_teardown(later_item_wins_and_a_bad_one_keeps_the_value_in_force, restore_defaults),
+        cmocka_unit_test_teardown(variable_overrides_string_in_either_order, restore_defaults),
+        cmocka_unit_test_teardown(unknown_variable_warns, restore_defaults),
+        cmocka_unit_test_teardown(verbose_prints_every_option_in_force, restore_defaults),
+        cmocka_unit_test_teardown(option_at_reports_values_and_keywords, restore_defaults),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
