@@ -1,10 +1,15 @@
-# cmalloc - a plain Makefile. Targets: all test bench install clean.
+# cmalloc - a plain Makefile. Targets: all test bench install uninstall deps clean.
 #
 #   make                  build/libcmalloc.so, build/libcmalloc.a
 #   make test             build and run every test (cmocka binaries, then shell tests)
 #   make bench            the quick benchmark matrix (see scripts/bench-matrix.sh)
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local DESTDIR=   library (with soname links), static library,
+#                         headers, the cmalloc launcher, cmalloc.pc; `make uninstall` (same
+#                         PREFIX and DESTDIR) removes exactly those files
+#   make deps             the Debian packages building and testing need (scripts/deps.sh)
 #
+# `make test` and `make bench` first run scripts/deps.sh (a no-op once the packages are there;
+# --bench for bench), so either works as the first command on a fresh Debian machine.
 # Workload- and tool-specific rules live in *.mk fragments next to their sources (included
 # before the test rule); each appends to TEST_BINS / BENCH_BINS.
 
@@ -15,8 +20,23 @@ LIBFLAGS := -std=gnu11 -fPIC -fvisibility=hidden -ftls-model=initial-exec \
             -fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc \
             -fexceptions -pthread -Iinclude -Isrc
 PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 VERSION := 0.1.0
 SONAME  := libcmalloc.so.0
+
+# The packages a goal needs are installed while this file is read, before any rule runs (so
+# before any compiler, whatever -j), and only for the goals that need them. DEPS="... --dry-run"
+# shows what would be installed (tests/test_deps.sh).
+DEPS     ?= ./scripts/deps.sh
+DEPS_FOR := $(filter test bench,$(MAKECMDGOALS))
+ifneq ($(DEPS_FOR),)
+ifneq ($(shell $(DEPS) $(if $(filter bench,$(DEPS_FOR)),--bench) >&2 && echo ok),ok)
+$(error scripts/deps.sh failed: install the packages it names, then run make again)
+endif
+endif
 
 # Layer order: platform, metadata, back end, middle end, front end, entry points.
 SRCS := src/os.c src/options.c src/metadata.c src/size_class.c src/pagemap.c src/page_heap.c \
@@ -63,17 +83,32 @@ test: all $(TEST_BINS) $(BENCH_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done; \
 	for s in $(TEST_SCRIPTS); do echo "== $$s"; sh $$s; done; echo "== all tests passed"
 
+# Every installed file, so that uninstall removes exactly what install wrote. The C++ header
+# is installed when the tree has one.
+HEADERS   := include/cmalloc.h $(wildcard include/cmalloc.hpp)
+INSTALLED := $(BINDIR)/cmalloc $(LIBDIR)/libcmalloc.so.$(VERSION) $(LIBDIR)/$(SONAME) \
+             $(LIBDIR)/libcmalloc.so $(LIBDIR)/libcmalloc.a $(PKGCONFIGDIR)/cmalloc.pc \
+             $(addprefix $(INCLUDEDIR)/,$(notdir $(HEADERS)))
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libcmalloc.so.$(VERSION)
-	ln -sf libcmalloc.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
-	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libcmalloc.so
-	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/libcmalloc.a
-	install -m 644 include/cmalloc.h $(DESTDIR)$(PREFIX)/include/cmalloc.h
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' cmalloc.pc.in \
-	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cmalloc.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libcmalloc.so.$(VERSION)
+	ln -sf libcmalloc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libcmalloc.so
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libcmalloc.a
+	install -m 644 $(HEADERS) $(DESTDIR)$(INCLUDEDIR)/
+	sed -e 's|^installed_libdir=.*|installed_libdir=$(LIBDIR)|' scripts/cmalloc > $(DESTDIR)$(BINDIR)/cmalloc
+	chmod 755 $(DESTDIR)$(BINDIR)/cmalloc
+	sed -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    cmalloc.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/cmalloc.pc
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+
+deps:
+	$(DEPS)
 
 clean:
 	rm -rf build
 
-.PHONY: all test bench install clean
+.PHONY: all test bench install uninstall deps clean
