@@ -14,7 +14,7 @@
 #     their classes and pages), and back after the frees;
 #   - two snapshots in a row are identical (writing one allocates nothing that stays);
 #   - CMALLOC_STATS=json prints the object at exit, and CMALLOC_CONF shows in its options;
-# and nm shows that src/stats_json.c calls nothing but cmalloc's own functions (no malloc,
+# that scripts/cmalloc-stats diffs and plots the snapshots; and nm shows that src/stats_json.c calls nothing but cmalloc's own functions (no malloc,
 # no stdio).
 set -eu
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cmalloc-json.XXXXXX")
@@ -150,6 +150,16 @@ if failures:
     sys.exit(1)
 print(f"test_stats_json: 4 snapshots and the exit report parsed; in use +{want} bytes as allocated, back after free")
 PY
+
+# scripts/cmalloc-stats reads the same snapshots: the diff shows the 10 large blocks and 1000
+# more 48-byte objects, the plot one bar per snapshot.
+scripts/cmalloc-stats diff "$tmp/before.json" "$tmp/during.json" > "$tmp/diff.txt"
+grep -q "^large blocks  *[0-9]*  *[0-9]*  *+10\$" "$tmp/diff.txt" &&
+    grep -q "^ *48 B  *[0-9]* (+1000)" "$tmp/diff.txt" ||
+    { echo "test_stats_json: cmalloc-stats diff:"; cat "$tmp/diff.txt"; exit 1; }
+[ "$(scripts/cmalloc-stats plot "$tmp/before.json" "$tmp/exit.txt" | grep -c '|')" = 2 ] ||
+    { echo "test_stats_json: cmalloc-stats plot did not draw two bars"; exit 1; }
+echo "test_stats_json: cmalloc-stats diff and plot read the snapshots"
 
 # What the writer calls: cmalloc's own functions and data, and what the compiler may emit.
 bad=$(nm -u build/obj/stats_json.o | awk '{print $2}' |
