@@ -62,11 +62,11 @@ rm -f "$FAKE_LOG"
 
 # make: deps.sh (its dry run here) comes first, before any command of the goal.
 for goal in test bench; do
-    FAKE_MISSING=libcmocka-dev fake $MAKE -n $goal DEPS="./scripts/deps.sh --dry-run" > "$tmp/make.out" 2>&1
+    FAKE_MISSING=libcmocka-dev fake $MAKE --no-print-directory -n $goal DEPS="./scripts/deps.sh --dry-run" > "$tmp/make.out" 2>&1
     [ "$(head -1 "$tmp/make.out")" = "deps.sh: would install: libcmocka-dev" ] ||
         fail "make -n $goal does not start with deps.sh: $(head -2 "$tmp/make.out")"
 done
-FAKE_MISSING=libcmocka-dev fake $MAKE -n all DEPS="./scripts/deps.sh --dry-run" > "$tmp/make.out" 2>&1
+FAKE_MISSING=libcmocka-dev fake $MAKE --no-print-directory -n all DEPS="./scripts/deps.sh --dry-run" > "$tmp/make.out" 2>&1
 grep -q "deps.sh" "$tmp/make.out" && fail "make all runs deps.sh"
 [ ! -e "$FAKE_LOG" ] || fail "make -n called apt-get: $(cat "$FAKE_LOG")"
 
