@@ -99,7 +99,7 @@ install: all
 	install -m 644 $(HEADERS) $(DESTDIR)$(INCLUDEDIR)/
 	sed -e 's|^installed_libdir=.*|installed_libdir=$(LIBDIR)|' scripts/cmalloc > $(DESTDIR)$(BINDIR)/cmalloc
 	chmod 755 $(DESTDIR)$(BINDIR)/cmalloc
-	sed -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
 	    cmalloc.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/cmalloc.pc
 
 uninstall:
