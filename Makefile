@@ -42,7 +42,10 @@ endif
 SRCS := src/os.c src/options.c src/metadata.c src/size_class.c src/pagemap.c src/page_heap.c \
         src/central_cache.c src/thread_cache.c src/alloc.c src/check.c src/stats.c src/stats_json.c src/pool.c src/init.c \
         src/override.c
-OBJS := $(patsubst src/%.c,build/obj/%.o,$(SRCS))
+# new_handler.cc: C++ only for what C cannot do (catch a new-handler's exception); the C++
+# runtime symbols it names are made weak so C programs need no libstdc++.
+CXX_SRCS := src/new_handler.cc
+OBJS := $(patsubst src/%.c,build/obj/%.o,$(SRCS)) $(patsubst src/%.cc,build/obj/%.o,$(CXX_SRCS))
 
 LIB_SO := build/libcmalloc.so
 LIB_A  := build/libcmalloc.a
@@ -59,6 +62,12 @@ all: $(LIB_SO) $(LIB_A)
 
 build/obj/%.o: src/%.c src/internal.h src/types.h include/cmalloc.h | build/obj
 	$(CC) $(CFLAGS) $(WARN) $(LIBFLAGS) -c $< -o $@
+
+CXX ?= g++
+build/obj/%.o: src/%.cc | build/obj
+	$(CXX) $(CFLAGS) -Wall -Wextra -std=c++17 -fPIC -fvisibility=hidden -fno-rtti -c $< -o $@
+	objcopy --weaken-symbol=__gxx_personality_v0 --weaken-symbol=__cxa_begin_catch \
+	        --weaken-symbol=__cxa_end_catch --weaken-symbol=_Unwind_Resume $@
 
 $(LIB_SO): $(OBJS)
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -pthread -o $@ $(OBJS)

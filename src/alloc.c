@@ -151,7 +151,7 @@ static cm_span *large_span(size_t size, size_t alignment)
  * >= CM_PAGE_SIZE). */
 static void *alloc_large(size_t size, size_t alignment)
 {
-    if (size > PTRDIFF_MAX - alignment - CM_PAGE_SIZE)
+    if (size > CM_REQUEST_MAX || alignment > CM_REQUEST_MAX) /* no mapping, no reclaim: fail now */
         return out_of_memory();
     cm_span *span = large_span(size, alignment);
     if (span == NULL && reclaim_for_retry())
@@ -212,8 +212,10 @@ static cm_span *object_span(const void *p)
         return NULL;
     size_t offset = (size_t)((const char *)p - (const char *)cm_span_start(span));
     switch (span->state) {
-    case CM_SPAN_SMALL:
-        return offset % cm_classes[span->size_class].size == 0 ? span : NULL;
+    case CM_SPAN_SMALL: /* an object start, not a slot in the tail past the last object */
+        return offset % cm_classes[span->size_class].size == 0 &&
+                       offset / cm_classes[span->size_class].size < cm_classes[span->size_class].objects
+                   ? span : NULL;
     case CM_SPAN_LARGE:
     case CM_SPAN_MAPPED:
         return offset == 0 ? span : NULL;
@@ -268,7 +270,7 @@ static cm_span *checked_span(const void *p, const char *caller)
 static void free_span_object(void *p, cm_span *span, const char *caller)
 {
     if (span->state == CM_SPAN_SMALL) {
-        if (p == cm_thread_cache_current->lists[span->size_class].head)
+        if (cm_object_is_free(p))
             cm_report_double_free(caller, p);
         else
             cm_thread_cache_free_slow(p, span->size_class);
@@ -292,7 +294,6 @@ void cm_free_slow(void *p, const char *caller)
     if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, caller)))
         return;
     cm_free_unchecked(p, caller);
-    cm_page_heap_start_background();
 }
 
 static size_t span_usable_size(const cm_span *span)
@@ -368,7 +369,9 @@ void *cm_realloc(void *p, size_t size)
         cm_free(p);
         return NULL;
     }
-    if (CM_UNLIKELY(cm_option.check)) { /* always move, so stale pointers hit the quarantine */
+    if (CM_UNLIKELY(cm_option.check)) { /* else move, so stale pointers hit the quarantine */
+        if (cm_check_shrink(p, size))
+            return p;
         size_t old = cm_usable_size(p);
         void *q = cm_alloc(size);
         if (q != NULL) {
@@ -382,7 +385,7 @@ void *cm_realloc(void *p, size_t size)
         return out_of_memory();
     size_t old = span_usable_size(span);
     if (span->state == CM_SPAN_MAPPED && size > mmap_threshold()) {
-        if (size > PTRDIFF_MAX - CM_PAGE_SIZE)
+        if (size > CM_REQUEST_MAX)
             return out_of_memory();
         void *moved = remap_span(span, size);
         return moved ? moved : out_of_memory();

@@ -170,14 +170,12 @@ static void decay_transfer_caches(void)
     }
 }
 
-/* Runs the decay at most once per interval; cheap when not due (one clock read). Called
- * with no lock held, so it is also where the page heap's release thread gets started. */
+/* Runs the decay at most once per interval; cheap when not due (one clock read). */
 void cm_central_tick(void)
 {
     int64_t delay = cm_option.release_delay_ms;
     if (delay < 0)
         return;
-    cm_page_heap_start_background();
     uint64_t now = cm_os_now_ms(), due = atomic_load_explicit(&next_decay_ms, memory_order_relaxed);
     uint64_t interval = delay > 10 ? (uint64_t)delay : 10;
     if (now < due || !atomic_compare_exchange_strong(&next_decay_ms, &due, now + interval))
@@ -208,14 +206,16 @@ size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects)
     return out;
 }
 
-/* True when the objects of list all lie on object boundaries of SMALL spans of size_class. */
+/* True when the objects of list all start objects of SMALL spans of size_class and carry the
+ * free mark. */
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length)
 {
     size_t n = 0;
     for (void *object = list; object != NULL && n <= expected_length; object = cm_link_next(object), n++) {
         cm_span *span = cm_span_of(object);
         if (span == NULL || span->state != CM_SPAN_SMALL || span->size_class != size_class ||
-            ((char *)object - (char *)cm_span_start(span)) % cm_classes[size_class].size != 0)
+            ((char *)object - (char *)cm_span_start(span)) % cm_classes[size_class].size != 0 ||
+            !cm_object_is_free(object))
             return false;
     }
     return n == expected_length;

@@ -69,8 +69,9 @@ static size_t raw_size(const check_header *raw)
 
 void *cm_check_alloc(size_t size)
 {
-    if (size > PTRDIFF_MAX - HEADER - CM_PAGE_SIZE)
+    if (size > CM_REQUEST_MAX)
         return NULL;
+    size += size == 0; /* malloc(0) has one usable byte, as programs expect a positive size */
     check_header *raw = cm_alloc_unchecked(size + HEADER + 1);
     if (raw == NULL)
         return NULL;
@@ -107,6 +108,36 @@ static void release_from_quarantine(check_header *raw)
     cm_free_unchecked(raw, "free");
 }
 
+/* Whether nothing was written past the request; reports the overflow when something was. */
+static bool canary_intact(const check_header *raw, const void *p)
+{
+    const unsigned char *canary = (const unsigned char *)p + raw->requested;
+    size_t canary_length = raw_size(raw) - HEADER - raw->requested;
+    for (size_t i = 0; i < canary_length; i++) {
+        if (canary[i] != CANARY) {
+            report("heap buffer overflow past the block at", p, raw->requested, " bytes requested");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* realloc to a size within the usable size keeps the block, as in the normal mode: the request
+ * shrinks and the canary grows over the rest. False when p is not a live checked block or
+ * size is larger (the caller moves it). */
+bool cm_check_shrink(void *p, size_t size)
+{
+    check_header *raw = header_of(p);
+    if (raw == NULL || raw->state != state_word(ALLOCATED, raw) || size > raw->requested)
+        return false;
+    if (canary_intact(raw, p)) {
+        size += size == 0;
+        raw->requested = size;
+        memset((unsigned char *)p + size, CANARY, raw_size(raw) - HEADER - size);
+    }
+    return true;
+}
+
 bool cm_check_free(void *p, const char *caller)
 {
     check_header *raw = header_of(p);
@@ -116,14 +147,8 @@ bool cm_check_free(void *p, const char *caller)
         cm_report_double_free(caller, p);
         return true;
     }
-    const unsigned char *canary = (const unsigned char *)p + raw->requested;
-    size_t canary_length = raw_size(raw) - HEADER - raw->requested;
-    for (size_t i = 0; i < canary_length; i++) {
-        if (canary[i] != CANARY) {
-            report("heap buffer overflow past the block at", p, raw->requested, " bytes requested");
-            return true;
-        }
-    }
+    if (!canary_intact(raw, p))
+        return true;
     raw->state = state_word(FREED, raw);
     memset(p, FREE_FILL, raw_size(raw) - HEADER);
 

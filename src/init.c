@@ -1,14 +1,19 @@
-/* init.c - lazy, idempotent initialization and the fork handlers.
+/* init.c - lazy, idempotent initialization, the release thread's start, and the fork handlers.
  *
  * The first slow path of any thread calls cm_init (it may run inside ld.so, a constructor, or
- * before main). One thread initializes; others wait for it. Nothing here allocates before
- * cm_initialized is set; pthread_atfork, which may allocate, runs after.
- * Fork: the prepare handler takes every allocator lock in the order written in internal.h;
- * the parent releases them and the child makes them new, so a child of a multi-threaded
- * parent can allocate. glibc runs prepare handlers in reverse order of registration, so ours
- * must be registered before anyone else's that may allocate: a priority constructor
- * initializes the allocator before ordinary constructors run (in the same module, and for a
- * preloaded library before the program's own).
+ * before main). One thread initializes; the others of its process wait for it. A fork that
+ * catches another thread in the middle of it leaves the child waiting for a thread it does
+ * not have, so the initializer is known by its process id and a child takes the work over.
+ * Nothing here allocates before cm_initialized is set; pthread_atfork, which may allocate,
+ * runs after. The library's constructor initializes before ordinary constructors run (in the
+ * same module, and for a preloaded library before the program's own) and is the one place a
+ * thread is ever started (page_heap.c says why).
+ *
+ * Fork, in glibc's order: the prepare handler takes stdio's list lock, then every allocator
+ * lock in the order written in internal.h, and then lets the forking thread allocate while it
+ * holds them all (other libraries' atfork handlers run after ours and may allocate: os.c).
+ * The parent releases them and the child makes them new, so a child of a multi-threaded
+ * parent can allocate. A single-threaded process takes none (os.c's cm_os_fork says why).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -17,40 +22,61 @@
 #include <unistd.h>
 
 int cm_initialized;
-uintptr_t cm_list_key;
-static _Atomic int init_started;
+uintptr_t cm_list_key, cm_free_key;
+static _Atomic int init_owner;   /* process id of the initializer; 0 before anyone started */
+static bool fork_took_locks;     /* written by the forking thread only, read back by it */
 
 static void fork_prepare(void)
 {
+    fork_took_locks = cm_os_fork(CM_FORK_PREPARE);
+    if (!fork_took_locks)
+        return;
     cm_check_fork(CM_FORK_PREPARE);
     cm_thread_cache_fork(CM_FORK_PREPARE);
     cm_central_fork(CM_FORK_PREPARE);
     cm_page_heap_fork(CM_FORK_PREPARE);
     cm_pagemap_fork(CM_FORK_PREPARE);
     cm_metadata_fork(CM_FORK_PREPARE);
+    cm_os_fork_locked();
 }
 
 static void fork_finish(int phase)
 {
+    if (!fork_took_locks)
+        return;
     cm_metadata_fork(phase);
     cm_pagemap_fork(phase);
     cm_page_heap_fork(phase);
     cm_central_fork(phase);
     cm_thread_cache_fork(phase);
     cm_check_fork(phase);
+    cm_os_fork(phase);
 }
 
 static void fork_parent(void) { fork_finish(CM_FORK_PARENT); }
-static void fork_child(void) { fork_finish(CM_FORK_CHILD); }
+static void fork_child(void)
+{
+    fork_finish(CM_FORK_CHILD);
+    cm_thread_cache_fork_owner();
+}
 
 void cm_init(void)
 {
-    if (atomic_exchange(&init_started, 1) != 0) {
-        while (!cm_is_initialized())
+    int self = cm_os_process_id();
+    for (;;) {
+        if (cm_is_initialized())
+            return;
+        int owner = atomic_load(&init_owner);
+        if (owner == self) { /* another thread of this process is at it */
             cm_os_yield();
-        return;
+            continue;
+        }
+        /* nobody yet, or a parent process forked us in the middle of it: ours now */
+        if (atomic_compare_exchange_strong(&init_owner, &owner, self))
+            break;
     }
     cm_list_key = cm_os_random();
+    cm_free_key = cm_os_random();
     cm_options_init(environ);
     cm_size_class_init();
     cm_thread_cache_init();
@@ -62,4 +88,5 @@ __attribute__((constructor(101))) static void init_early(void)
 {
     if (!cm_is_initialized())
         cm_init();
+    cm_page_heap_start_release_thread();
 }

@@ -37,7 +37,12 @@ void cm_os_yield(void);
 void cm_os_sleep_ms(uint64_t ms);
 bool cm_os_start_thread(void *(*body)(void *));
 void cm_os_write(int fd, const char *text, size_t length);
+int cm_os_process_id(void);
+int cm_os_thread_id(void);
+bool cm_os_thread_alive(int tid);
 size_t cm_os_mapped_bytes(void);
+bool cm_os_fork(int phase);
+void cm_os_fork_locked(void);
 void cm_lock_acquire(cm_lock *lock);
 void cm_lock_release(cm_lock *lock);
 void cm_lock_reinit(cm_lock *lock);
@@ -141,7 +146,7 @@ void cm_page_heap_free(cm_span *span);
 bool cm_page_heap_resize(cm_span *span, size_t pages);
 size_t cm_page_heap_release(bool everything);
 size_t cm_page_heap_unmap_free(void);
-void cm_page_heap_start_background(void);
+void cm_page_heap_start_release_thread(void);
 void cm_page_heap_set_mapped(uintptr_t page, cm_span *span);
 void cm_page_heap_counters(size_t *free_bytes, size_t *released_bytes, size_t *large_bytes,
                            size_t *large_count);
@@ -168,6 +173,7 @@ size_t cm_thread_cache_bytes(size_t *caches);
 bool cm_thread_cache_valid(void);
 void cm_thread_cache_init(void);
 void cm_thread_cache_fork(int phase);
+void cm_thread_cache_fork_owner(void);
 
 /* alloc.c: everything past the fast path */
 void *cm_alloc_slow(size_t size);
@@ -187,6 +193,7 @@ CM_COLD void cm_report_double_free(const char *caller, const void *p);
 /* check.c: the CMALLOC_CHECK=1 debug mode */
 void *cm_check_alloc(size_t size);
 bool cm_check_free(void *p, const char *caller);
+bool cm_check_shrink(void *p, size_t size);
 bool cm_check_usable_size(const void *p, size_t *size);
 size_t cm_check_quarantined_bytes(void);
 void cm_check_fork(int phase);
@@ -202,17 +209,38 @@ static inline bool cm_is_initialized(void) /* acquire: options and tables are vi
     return __atomic_load_n(&cm_initialized, __ATOMIC_ACQUIRE);
 }
 
-/* ---- free-list links ------------------------------------------------------------------------
+/* ---- free-list links and free marks --------------------------------------------------------
  * A free object's first word links it to the next one, stored as
  *     next ^ (address of the word) ^ cm_list_key          (key: random per process)
  * so a use-after-free write or an overflow into a free object cannot point the allocator at
  * an address of its choosing, and a decoded link that is not 16-byte aligned is reported as
- * corruption where the list is popped (cm_link_next_checked). Every list of objects (thread
- * caches, transfer batches, span free lists) uses these two functions and nothing else. */
-extern uintptr_t cm_list_key;
-static inline void cm_link_set(void *object, void *next)
+ * corruption where the list is popped (cm_link_next_checked). Its second word is its free
+ * mark, address ^ cm_free_key (another secret), written by the same cm_link_set and cleared
+ * by cm_object_hand_out wherever an object goes to the program. So every small object that is
+ * free, wherever it sits (a thread cache, a transfer batch, a span's list), carries the mark,
+ * and free finds a double free with one compare; program data matches it only by guessing a
+ * 64-bit secret. Every list of objects uses these functions and nothing else. */
+extern uintptr_t cm_list_key, cm_free_key;
+static inline uintptr_t cm_free_mark(const void *object)
+{
+    return (uintptr_t)object ^ cm_free_key;
+}
+static inline bool cm_object_is_free(const void *object)
+{
+    return ((const uintptr_t *)object)[1] == cm_free_mark(object);
+}
+static inline void cm_object_hand_out(void *object)
+{
+    ((uintptr_t *)object)[1] = 0;
+}
+static inline void cm_link_set_marked(void *object, void *next, uintptr_t mark)
 {
     *(uintptr_t *)object = (uintptr_t)next ^ (uintptr_t)object ^ cm_list_key;
+    ((uintptr_t *)object)[1] = mark;
+}
+static inline void cm_link_set(void *object, void *next)
+{
+    cm_link_set_marked(object, next, cm_free_mark(object));
 }
 static inline void *cm_link_next(const void *object)
 {
@@ -230,9 +258,10 @@ static inline void *cm_link_next_checked(const void *object)
 /* ---- fast paths ----------------------------------------------------------------------------
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
  * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test, a table read, a pop (with a link check). free: a
- * pagemap read of the class byte, an object-boundary test, a push, and a budget test.
- * Together about 90 instructions per malloc+free pair with the caller's loop and PLT jumps;
+ * with no extra test. malloc: a size test, a table read, a pop (with a link check) and the
+ * free mark cleared. free: a pagemap read of the class byte, an object-start test, the
+ * double-free test (the free mark), a push, and a budget test.
+ * Together 95 instructions per malloc+free pair with the caller's loop and PLT jumps;
  * tests/test_fastpath_budget.sh counts them with callgrind and fails above its budget.
  */
 static inline void *cm_alloc(size_t size)
@@ -244,6 +273,7 @@ static inline void *cm_alloc(size_t size)
         void *object = list->head;
         if (CM_LIKELY(object != NULL)) {
             list->head = cm_link_next_checked(object);
+            cm_object_hand_out(object);
             list->length--;
             cache->size -= cm_classes[size_class].size;
             return object;
@@ -259,16 +289,18 @@ static inline void cm_free(void *p)
     size_t index = cm_pagemap_index(p);
     unsigned size_class;
     if (CM_LIKELY(leaf != NULL && (size_class = leaf->size_classes[index]) != 0)) {
-        /* p must be an object start: its offset in the span a multiple of the class size. */
+        /* p must start one of the span's objects (size_class.c: start_limit). */
         uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) |
                           ((uintptr_t)p & (CM_PAGE_SIZE - 1));
-        uint64_t magic = cm_classes[size_class].divisor_magic;
+        const cm_class_info *info = &cm_classes[size_class];
         cm_free_list *list = &cache->lists[size_class];
-        if (CM_LIKELY(offset * magic < magic && list->length < list->max_length && p != list->head)) {
-            cm_link_set(p, list->head);
+        uintptr_t mark = cm_free_mark(p);
+        if (CM_LIKELY(offset * info->divisor_magic < info->start_limit &&
+                      list->length < list->max_length && ((uintptr_t *)p)[1] != mark)) {
+            cm_link_set_marked(p, list->head, mark);
             list->head = p;
             list->length++;
-            cache->size += cm_classes[size_class].size;
+            cache->size += info->size;
             if (CM_UNLIKELY(cache->size > cache->max_size))
                 cm_thread_cache_scavenge(cache);
             return;

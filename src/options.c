@@ -41,9 +41,9 @@ static const option_entry options[] = {
      .doc = "most bytes all thread caches together may hold"},
     {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, 1, 1000,
      .doc = "free pages idle this long are returned to the OS (0: at once, -1: never)"},
-    {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 1,
-     .doc = "1: once 8 MiB of free pages are resident, a helper thread returns idle ones even when "
-     "the program makes no calls; 0: only allocator calls do"},
+    {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 0,
+     .doc = "1: a helper thread, started when the library loads, returns idle pages even when the "
+     "program makes no calls; 0: allocator calls do it (no thread is ever started)"},
     {"STATS", &cm_option.stats_at_exit, 0, 0,
      .doc = "1: print the stats report to stderr at exit; json: the same as one JSON object",
      .keyword = "json", .keyword_value = CM_STATS_JSON},

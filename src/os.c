@@ -1,9 +1,12 @@
 /* os.c - the one file that talks to the kernel: virtual memory, time, output, locks.
  *
- * Owns: the count of bytes mapped from the OS, and the helper-thread primitive. Called by every layer; holds no lock and takes
- * none. Everything here is async-signal-unsafe-free of malloc: no stdio, no getenv, no dlsym.
- * Mappings are aligned to at least one cmalloc page (8 KiB) because the pagemap works in
- * 8 KiB pages and the kernel only promises 4 KiB.
+ * Owns: the count of bytes mapped from the OS, the helper-thread primitive, the locks and the
+ * fork protocol's platform side (stdio's list lock, whether the process is single-threaded).
+ * Called by every layer; holds no lock of its own. Nothing here calls malloc: no stdio, no
+ * getenv, no dlsym. Mappings are aligned to at least one cmalloc page (8 KiB) because the
+ * pagemap works in 8 KiB pages and the kernel only promises 4 KiB.
+ * errno: every function here leaves it as it found it, so no entry point changes errno except
+ * where an allocation fails and alloc.c sets ENOMEM (POSIX: free and the rest never touch it).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -14,6 +17,8 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/single_threaded.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +33,10 @@ size_t cm_os_mapped_bytes(void)
     return atomic_load_explicit(&mapped_bytes, memory_order_relaxed);
 }
 
+/* Brackets a system call that may set errno: ERRNO_KEEP at the top, ERRNO_RESTORE on the way out. */
+#define ERRNO_KEEP int saved_errno = errno
+#define ERRNO_RESTORE errno = saved_errno
+
 static void *map_raw(size_t size)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -40,45 +49,54 @@ void *cm_os_map(size_t size)
 }
 
 /* Maps size bytes (a multiple of CM_PAGE_SIZE) at an address aligned to alignment (a power of
- * two >= CM_PAGE_SIZE): over-map, then trim both ends. NULL with errno ENOMEM on failure. */
+ * two >= CM_PAGE_SIZE): over-map, then trim both ends. NULL on failure. */
 void *cm_os_map_aligned(size_t size, size_t alignment)
 {
     size_t padded = size + alignment - 4096;
-    if (padded < size) {
-        errno = ENOMEM;
+    if (padded < size)
         return NULL;
+    ERRNO_KEEP;
+    char *raw = map_raw(padded), *start = NULL;
+    if (raw != NULL) {
+        start = (char *)(((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1));
+        if (start > raw)
+            munmap(raw, (size_t)(start - raw));
+        char *end = start + size, *raw_end = raw + padded;
+        if (raw_end > end)
+            munmap(end, (size_t)(raw_end - end));
+        atomic_fetch_add_explicit(&mapped_bytes, size, memory_order_relaxed);
     }
-    char *raw = map_raw(padded);
-    if (raw == NULL) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    char *start = (char *)(((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1));
-    if (start > raw)
-        munmap(raw, (size_t)(start - raw));
-    char *end = start + size, *raw_end = raw + padded;
-    if (raw_end > end)
-        munmap(end, (size_t)(raw_end - end));
-    atomic_fetch_add_explicit(&mapped_bytes, size, memory_order_relaxed);
+    ERRNO_RESTORE;
     return start;
 }
 
+/* munmap fails when splitting a mapping needs a new one past the process's mapping limit: the
+ * pages then stay mapped (and counted), given back to the OS at least. */
 void cm_os_unmap(void *address, size_t size)
 {
-    munmap(address, size);
-    atomic_fetch_sub_explicit(&mapped_bytes, size, memory_order_relaxed);
+    ERRNO_KEEP;
+    if (munmap(address, size) == 0)
+        atomic_fetch_sub_explicit(&mapped_bytes, size, memory_order_relaxed);
+    else
+        madvise(address, size, MADV_DONTNEED);
+    ERRNO_RESTORE;
 }
 
 /* Gives the pages back: they stay mapped and read as zero when touched again. */
 void cm_os_release(void *address, size_t size)
 {
+    ERRNO_KEEP;
     madvise(address, size, MADV_DONTNEED);
+    ERRNO_RESTORE;
 }
 
 /* Grows or shrinks a mapping where it lies; false when the pages after it are taken. */
 bool cm_os_resize(void *address, size_t old_size, size_t new_size)
 {
-    if (mremap(address, old_size, new_size, 0) == MAP_FAILED)
+    ERRNO_KEEP;
+    bool done = mremap(address, old_size, new_size, 0) != MAP_FAILED;
+    ERRNO_RESTORE;
+    if (!done)
         return false;
     if (new_size > old_size)
         atomic_fetch_add_explicit(&mapped_bytes, new_size - old_size, memory_order_relaxed);
@@ -91,36 +109,47 @@ bool cm_os_resize(void *address, size_t old_size, size_t new_size)
  * (the kernel alone would pick an address only 4 KiB aligned). The old range is gone after. */
 bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t new_size)
 {
-    if (mremap(old_address, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, new_address) ==
-        MAP_FAILED)
-        return false;
-    atomic_fetch_sub_explicit(&mapped_bytes, old_size, memory_order_relaxed);
-    return true;
+    ERRNO_KEEP;
+    bool done = mremap(old_address, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED,
+                       new_address) != MAP_FAILED;
+    ERRNO_RESTORE;
+    if (done)
+        atomic_fetch_sub_explicit(&mapped_bytes, old_size, memory_order_relaxed);
+    return done;
 }
 
 /* Starts a detached thread with every signal blocked (so the program's handlers never run
- * on it). Returns false when the thread cannot be made. */
+ * on it). Its stack starts small and doubles while glibc refuses it as too small for the
+ * program's static TLS, which glibc places on every thread's stack. Called only where no
+ * allocator or glibc lock is held (page_heap.c). False when no thread could be made. */
 bool cm_os_start_thread(void *(*body)(void *))
 {
+    ERRNO_KEEP;
     pthread_t thread;
-    pthread_attr_t attributes;
     sigset_t all, previous;
     sigfillset(&all);
-    pthread_attr_init(&attributes);
-    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attributes, 64 << 10);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
-    int error = pthread_create(&thread, &attributes, body, NULL);
+    int error = EINVAL;
+    for (size_t stack = 64 << 10; error == EINVAL && stack <= ((size_t)64 << 20); stack *= 2) {
+        pthread_attr_t attributes;
+        pthread_attr_init(&attributes);
+        pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attributes, stack);
+        error = pthread_create(&thread, &attributes, body, NULL);
+        pthread_attr_destroy(&attributes);
+    }
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
-    pthread_attr_destroy(&attributes);
+    ERRNO_RESTORE;
     return error == 0;
 }
 
 void cm_os_sleep_ms(uint64_t ms)
 {
+    ERRNO_KEEP;
     struct timespec delay = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
     while (nanosleep(&delay, &delay) != 0 && errno == EINTR)
         ;
+    ERRNO_RESTORE;
 }
 
 void cm_os_yield(void)
@@ -131,8 +160,11 @@ void cm_os_yield(void)
 /* A random word for keys; falls back to address and clock entropy without getrandom. */
 uintptr_t cm_os_random(void)
 {
+    ERRNO_KEEP;
     uintptr_t value = 0;
-    if (getrandom(&value, sizeof value, GRND_NONBLOCK) == (ssize_t)sizeof value)
+    ssize_t got = getrandom(&value, sizeof value, GRND_NONBLOCK);
+    ERRNO_RESTORE;
+    if (got == (ssize_t)sizeof value)
         return value;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -147,25 +179,68 @@ uint64_t cm_os_now_ms(void)
     return (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
 }
 
+int cm_os_process_id(void)
+{
+    return (int)getpid();
+}
+
+int cm_os_thread_id(void)
+{
+    return (int)gettid();
+}
+
+/* Whether the thread with kernel id tid is still running in this process. A thread's id
+ * leaves the process only once the thread has run its last instruction. */
+bool cm_os_thread_alive(int tid)
+{
+    ERRNO_KEEP;
+    bool alive = syscall(SYS_tgkill, getpid(), tid, 0) == 0 || errno != ESRCH;
+    ERRNO_RESTORE;
+    return alive;
+}
+
+/* Not a cancellation point, unlike write(2): a thread with a pending cancel still gets its
+ * report or malloc_stats out, as with glibc. */
 void cm_os_write(int fd, const char *text, size_t length)
 {
+    ERRNO_KEEP;
+    int cancel_state;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
     while (length > 0) {
         ssize_t written = write(fd, text, length);
         if (written <= 0) {
             if (written < 0 && errno == EINTR)
                 continue;
-            return;
+            break;
         }
         text += written;
         length -= (size_t)written;
     }
+    pthread_setcancelstate(cancel_state, NULL);
+    ERRNO_RESTORE;
 }
 
 /* ---- locks ---------------------------------------------------------------------------------
  * pthread mutexes: futex-based, never allocate, and sleep rather than spin, which matters when
- * more threads than cores contend on a 2-core machine. */
-void cm_lock_acquire(cm_lock *lock) { pthread_mutex_lock(lock); }
-void cm_lock_release(cm_lock *lock) { pthread_mutex_unlock(lock); }
+ * more threads than cores contend on a 2-core machine.
+ * Between the fork prepare handler and the parent or child handler the forking thread holds
+ * every allocator lock; other libraries' atfork handlers run in that window on the same thread
+ * and may allocate, so for that thread taking and dropping a lock are no-ops then (it already
+ * holds them all, and every other thread is kept out). */
+static CM_THREAD_LOCAL bool holding_all_for_fork;
+
+void cm_lock_acquire(cm_lock *lock)
+{
+    if (CM_LIKELY(!holding_all_for_fork))
+        pthread_mutex_lock(lock);
+}
+
+void cm_lock_release(cm_lock *lock)
+{
+    if (CM_LIKELY(!holding_all_for_fork))
+        pthread_mutex_unlock(lock);
+}
+
 void cm_lock_reinit(cm_lock *lock) { pthread_mutex_init(lock, NULL); }
 
 /* The fork protocol for one lock: held across fork, released in the parent and made new in the
@@ -173,11 +248,51 @@ void cm_lock_reinit(cm_lock *lock) { pthread_mutex_init(lock, NULL); }
 void cm_lock_fork(cm_lock *lock, int phase)
 {
     if (phase == CM_FORK_PREPARE)
-        cm_lock_acquire(lock);
+        pthread_mutex_lock(lock);
     else if (phase == CM_FORK_PARENT)
-        cm_lock_release(lock);
+        pthread_mutex_unlock(lock);
     else
         cm_lock_reinit(lock);
+}
+
+/* glibc's stdio list lock, exported by glibc though declared in no public header (weak, so
+ * another libc merely goes without). glibc's fork takes it after the atfork prepare handlers
+ * and before its own malloc's locks: stdio first, then the allocator. A prepare handler that
+ * took the allocator's locks first would wait in fork for a thread inside fflush(NULL), which
+ * waits for a FILE whose owner, inside getline, waits for an allocator lock. */
+extern void _IO_list_lock(void) __attribute__((weak));
+extern void _IO_list_unlock(void) __attribute__((weak));
+extern void _IO_list_resetlock(void) __attribute__((weak));
+
+/* The fork protocol's platform side; returns (at PREPARE) whether the allocator must take its
+ * locks. A single-threaded process skips them, as glibc does for its own malloc: no other
+ * thread can hold one, and fork may come from a signal handler that interrupted this thread
+ * inside the allocator, holding a lock it would wait on forever. */
+bool cm_os_fork(int phase)
+{
+    if (phase == CM_FORK_PREPARE) {
+        if (__libc_single_threaded)
+            return false;
+        if (_IO_list_lock)
+            _IO_list_lock();
+        return true;
+    }
+    if (phase == CM_FORK_PARENT) {
+        holding_all_for_fork = false;
+        if (_IO_list_unlock)
+            _IO_list_unlock();
+    } else {
+        holding_all_for_fork = false;
+        if (_IO_list_resetlock) /* stdio's list lock is recursive: glibc's child resets it too */
+            _IO_list_resetlock();
+    }
+    return true;
+}
+
+/* Called by the prepare handler once every allocator lock is held. */
+void cm_os_fork_locked(void)
+{
+    holding_all_for_fork = true;
 }
 
 /* ---- messages ------------------------------------------------------------------------------ */

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -77,8 +78,8 @@ CM_EXPORT void *CM_ENTRY(aligned_alloc)(size_t alignment, size_t size)
 
 CM_EXPORT void *CM_ENTRY(memalign)(size_t alignment, size_t size)
 {
-    if (alignment > ((size_t)1 << 62)) {
-        errno = ENOMEM;
+    if (alignment > SIZE_MAX / 2 + 1) { /* no power of two is that large: glibc says EINVAL */
+        errno = EINVAL;
         return NULL;
     }
     size_t rounded = 1;
@@ -107,19 +108,24 @@ CM_EXPORT int CM_ENTRY(malloc_trim)(size_t pad)
 
 CM_EXPORT void CM_ENTRY(malloc_stats)(void) { cmalloc_stats_print(2); }
 
+/* glibc's meanings: arena is the heap's size, uordblks + fordblks (cmalloc: everything but
+ * the blocks with their own mapping); hblks/hblkhd count those mapped blocks, which are in no
+ * other field; fordblks is free memory held in every cache, fsmblks its thread-cache part
+ * (glibc's fast bins), keepcost what trimming could give back. One snapshot of counters,
+ * clamped, so no field underflows while other threads allocate. */
 CM_EXPORT struct mallinfo2 CM_ENTRY(mallinfo2)(void)
 {
     cmalloc_stats s;
     cmalloc_stats_get(&s);
     size_t mapped_count, mapped_bytes = cm_mapped_live_bytes(&mapped_count);
     struct mallinfo2 info = {0};
-    info.arena = s.bytes_mapped - mapped_bytes;
     info.hblks = mapped_count;
     info.hblkhd = mapped_bytes;
-    info.uordblks = s.bytes_in_use;
+    info.uordblks = s.bytes_in_use > mapped_bytes ? s.bytes_in_use - mapped_bytes : 0;
     info.fordblks = s.bytes_page_heap_free + s.bytes_central_cache + s.bytes_thread_caches;
     info.fsmblks = s.bytes_thread_caches;
     info.keepcost = s.bytes_page_heap_free;
+    info.arena = info.uordblks + info.fordblks;
     return info;
 }
 
@@ -133,11 +139,40 @@ CM_EXPORT struct mallinfo CM_ENTRY(mallinfo)(void)
     return info;
 }
 
+/* glibc's XML report, in glibc's shape, with cmalloc's numbers: one heap, its free memory as
+ * "rest", the mapped blocks as "mmap". options must be 0. Writes through stdio, as glibc
+ * does: an entry point, holding no allocator lock, may let stdio allocate. */
+CM_EXPORT int CM_ENTRY(malloc_info)(int options, FILE *stream)
+{
+    if (options != 0)
+        return EINVAL;
+    struct mallinfo2 info = CM_ENTRY(mallinfo2)();
+    cmalloc_stats s;
+    cmalloc_stats_get(&s);
+    size_t system = s.bytes_mapped - (s.bytes_mapped > s.bytes_released ? s.bytes_released : 0);
+    fprintf(stream,
+            "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n</sizes>\n"
+            "<total type=\"fast\" count=\"0\" size=\"0\"/>\n"
+            "<total type=\"rest\" count=\"0\" size=\"%zu\"/>\n"
+            "<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n"
+            "<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n"
+            "</heap>\n"
+            "<total type=\"fast\" count=\"0\" size=\"0\"/>\n"
+            "<total type=\"rest\" count=\"0\" size=\"%zu\"/>\n"
+            "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n"
+            "<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n"
+            "<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n"
+            "</malloc>\n",
+            info.fordblks, info.arena, info.arena, s.bytes_mapped, s.bytes_mapped, info.fordblks,
+            info.hblks, info.hblkhd, system, system, s.bytes_mapped, s.bytes_mapped);
+    return 0;
+}
+
 CM_EXPORT int CM_ENTRY(mallopt)(int parameter, int value)
 {
     switch (parameter) {
     case M_MMAP_THRESHOLD:
-        if (value < 0)
+        if (value < 0 || (size_t)value > CM_MMAP_THRESHOLD_LIMIT)
             return 0;
         if (!cm_is_initialized())
             cm_init();
@@ -172,10 +207,11 @@ CM_EXPORT int __posix_memalign(void **out, size_t alignment, size_t size)
 /* ---- C++ operator new / delete ---------------------------------------------------------------
  * On failure new calls the program's new_handler until it succeeds, and with none throws
  * std::bad_alloc through libstdc++'s own thrower (weak: present whenever a C++ program is
- * running); the nothrow forms return NULL instead. */
+ * running); the nothrow forms return NULL instead, also when the handler throws. */
 typedef void (*cm_new_handler)(void);
 extern cm_new_handler _ZSt15get_new_handlerv(void) __attribute__((weak));
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
+bool cm_call_new_handler_nothrow(cm_new_handler handler); /* new_handler.cc */
 
 static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow)
 {
@@ -192,7 +228,10 @@ static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow)
             cm_message_write(&m, 2);
             abort();
         }
-        handler();
+        if (!nothrow)
+            handler();
+        else if (!cm_call_new_handler_nothrow(handler))
+            return NULL;
         void *p = cm_alloc_aligned(alignment, size);
         if (p != NULL)
             return p;

@@ -11,19 +11,18 @@
  * and last pages map to it and its inner pages map to NULL;
  * free_pages == sum of FREE span lengths, released_pages == sum over FREE spans with released.
  * Release by age: a free span idle for CMALLOC_RELEASE_DELAY_MS is madvised away, checked
- * whenever the heap is entered, or at once by cm_page_heap_release. A helper thread
- * (CMALLOC_BACKGROUND_RELEASE, on by default) also checks every half delay, so an idle program
- * gives memory back without calling the allocator; it is started by the first free that leaves
- * more than BACKGROUND_START_BYTES resident in free spans (again in a forked child), so small
- * programs never get one. When the OS refuses memory, cm_page_heap_unmap_free unmaps every
- * free span so that the retry can succeed.
+ * whenever the heap is entered, or at once by cm_page_heap_release. With
+ * CMALLOC_BACKGROUND_RELEASE=1 a helper thread also checks every half delay, so an idle program
+ * gives memory back without calling the allocator. It is started by the library's constructor
+ * and never from an entry point: glibc calls malloc and free while holding locks that
+ * pthread_create takes (the stack-cache lock in pthread_join, the TLS lock in dlopen), so a
+ * thread started from inside one of them can wait forever on its own caller. A forked child
+ * has no helper thread; it releases on its own allocator calls. When the OS refuses memory,
+ * cm_page_heap_unmap_free unmaps every free span so that the retry can succeed.
  */
 #include "internal.h"
 
-#include <stdatomic.h>
-
 #define GROW_MIN_PAGES ((size_t)(2 << 20) >> CM_PAGE_SHIFT)
-#define BACKGROUND_START_BYTES ((size_t)8 << 20)
 
 static cm_lock heap_lock = CM_LOCK_INIT;
 static cm_span *free_lists[CM_HEAP_LISTS + 1];
@@ -33,8 +32,6 @@ static size_t released_pages;      /* in FREE spans given back to the OS */
 static size_t large_pages;         /* in LARGE spans (allocations above the largest class) */
 static size_t large_count;         /* LARGE spans */
 static uint64_t last_release_scan_ms;
-static _Atomic int background_started;
-static _Atomic int background_wanted;  /* set under heap_lock, acted on where no lock is held */
 
 static cm_span **list_for(size_t pages)
 {
@@ -235,7 +232,7 @@ cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_clas
     return span;
 }
 
-static void *background_release(void *unused)
+static void *release_thread(void *unused)
 {
     (void)unused;
     for (;;) {
@@ -247,17 +244,12 @@ static void *background_release(void *unused)
     return NULL;
 }
 
-/* Starts the release thread once the heap has asked for it. Thread creation allocates, so
- * callers hold no allocator lock: the free and fill slow paths call this on their way out. */
-void cm_page_heap_start_background(void)
+/* Starts the release thread when the options ask for one. Only the library's constructor
+ * calls this (see the header comment): once, with no allocator or glibc lock held. */
+void cm_page_heap_start_release_thread(void)
 {
-    if (CM_LIKELY(!atomic_load_explicit(&background_wanted, memory_order_relaxed)) ||
-        atomic_load_explicit(&background_started, memory_order_relaxed) ||
-        !cm_option.background_release || cm_option.release_delay_ms < 0 ||
-        atomic_exchange(&background_started, 1))
-        return;
-    if (!cm_os_start_thread(background_release))
-        atomic_store(&background_started, 0);
+    if (cm_option.background_release && cm_option.release_delay_ms >= 0)
+        cm_os_start_thread(release_thread);
 }
 
 /* Resizes a LARGE span where it lies, for realloc: shrinking gives the tail back; growing
@@ -328,8 +320,6 @@ void cm_page_heap_free(cm_span *span)
     span->free_since_ms = cm_os_now_ms();
     insert_coalesced(span);
     maybe_release_locked();
-    if ((free_pages - released_pages) << CM_PAGE_SHIFT > BACKGROUND_START_BYTES)
-        atomic_store_explicit(&background_wanted, 1, memory_order_relaxed);
     cm_lock_release(&heap_lock);
 }
 
@@ -400,6 +390,4 @@ bool cm_page_heap_valid(void)
 void cm_page_heap_fork(int phase)
 {
     cm_lock_fork(&heap_lock, phase);
-    if (phase == CM_FORK_CHILD)
-        atomic_store(&background_started, 0); /* the helper thread did not survive */
 }

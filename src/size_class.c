@@ -6,7 +6,13 @@
  *            so every object is 16-byte aligned.
  *   pages    the fewest pages holding min(8 objects, 256 KiB) whose tail waste <= 12.5%.
  *   batch    objects per fill/flush: 64 KiB / size, clamped to [2, CM_BATCH_MAX].
- *   magic    for free's test that a pointer lies on an object boundary (no division).
+ *   magic    for free's test that an offset into a span starts one of its objects, with no
+ *            division: offset * magic (mod 2^64) is k * step for offset k * size, where
+ *            step = magic * size (mod 2^64) < size, and at least magic for any offset not a
+ *            multiple of size (offsets < 2^32). So offset starts an object of the span iff
+ *            offset * magic < start_limit = objects * step, which also rejects the slots past
+ *            the last whole object in the span's tail. (A power-of-two size has step 0 and no
+ *            tail: start_limit 1 accepts every multiple.)
  *   transfer batches the central transfer cache keeps: 512 KiB / batch bytes, clamped [2, 64]
  *            (idle batches are drained by age, central_cache.c).
  * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to 1 KiB and in
@@ -42,6 +48,8 @@ static void add_class(size_t size)
     c->objects = (uint32_t)(c->pages * CM_PAGE_SIZE / size);
     c->batch = (uint32_t)clamp((64u << 10) / size, 2, CM_BATCH_MAX);
     c->divisor_magic = UINT64_MAX / size + 1;
+    uint64_t step = c->divisor_magic * size;
+    c->start_limit = step == 0 ? 1 : (uint32_t)(c->objects * step);
     c->transfer_capacity =
         (uint32_t)clamp((512u << 10) / ((size_t)c->batch * size), 2, CM_TRANSFER_SLOTS);
 }

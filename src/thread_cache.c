@@ -13,6 +13,10 @@
  *
  * Thread exit: a pthread key destructor flushes the cache and recycles it. Calls made after
  * that (other libraries' destructors) see thread_state == GONE and go to the central cache.
+ * A cache whose thread exited without that destructor (its first allocation came in the last
+ * round of key destructors, where glibc no longer looks at new values, or no key could be
+ * made) is an orphan: the registry is swept for caches whose thread id has left the process,
+ * a few per cache created and all of them when stats are read, and orphans are recycled.
  * Lock: registry_lock guards the list of live caches, the spare caches and budget handover; it
  * is the outermost lock (internal.h). The caches themselves are touched only by their thread;
  * stats read published_size, which the slow paths store atomically.
@@ -34,8 +38,12 @@ static cm_lock registry_lock = CM_LOCK_INIT;
 static cm_thread_cache *registry;      /* live caches */
 static cm_thread_cache *spare_caches;  /* caches of exited threads, linked through next */
 static size_t live_caches;
+static cm_thread_cache *sweep_next;    /* the registry entry the orphan sweep looks at next */
 static _Atomic int64_t unclaimed_budget; /* of CMALLOC_THREAD_CACHE_TOTAL; may dip below 0 */
 static pthread_key_t exit_key;
+static bool have_exit_key;             /* pthread_key_create can fail: all keys taken */
+
+#define SWEEP_PER_CREATE 2 /* more than the one orphan a new thread can add: orphans drain */
 
 static uint32_t list_cap(unsigned size_class)
 {
@@ -91,6 +99,8 @@ static void release_all(cm_thread_cache *cache)
 
 static void unregister(cm_thread_cache *cache)
 {
+    if (sweep_next == cache)
+        sweep_next = cache->next;
     if (cache->prev)
         cache->prev->next = cache->next;
     else
@@ -114,9 +124,25 @@ static void thread_exit(void *arg)
     cm_lock_release(&registry_lock);
 }
 
+/* Recycles the caches whose thread is gone among count registry entries, starting where the
+ * last sweep stopped. Caller holds registry_lock. A dead thread's lists are
+ * safe to walk: nobody touches them any more. */
+static void sweep_orphans_locked(size_t count)
+{
+    for (size_t i = 0; i < count && registry != NULL; i++) {
+        cm_thread_cache *cache = sweep_next ? sweep_next : registry;
+        sweep_next = cache->next;
+        if (cache != cm_thread_cache_current && !cm_os_thread_alive(cache->owner_tid)) {
+            release_all(cache);
+            unregister(cache);
+        }
+    }
+}
+
 static CM_NOINLINE cm_thread_cache *create(void)
 {
     cm_lock_acquire(&registry_lock);
+    sweep_orphans_locked(SWEEP_PER_CREATE);
     cm_thread_cache *cache = spare_caches;
     if (cache != NULL)
         spare_caches = cache->next;
@@ -127,6 +153,7 @@ static CM_NOINLINE cm_thread_cache *create(void)
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
         cache->lists[size_class].max_length = 1;
     cache->max_size = START_BUDGET;
+    cache->owner_tid = cm_os_thread_id();
     atomic_fetch_sub(&unclaimed_budget, (int64_t)START_BUDGET);
 
     cm_lock_acquire(&registry_lock);
@@ -140,7 +167,8 @@ static CM_NOINLINE cm_thread_cache *create(void)
     /* Publish before pthread_setspecific, which may itself call calloc. */
     cm_thread_cache_current = cache;
     thread_state = THREAD_LIVE;
-    pthread_setspecific(exit_key, cache);
+    if (have_exit_key)
+        pthread_setspecific(exit_key, cache);
     return cache;
 }
 
@@ -179,9 +207,12 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     void *head;
     if (cache == NULL) { /* exiting thread: one object straight from the central cache */
         unsigned n = cm_central_fill(size_class, 1, &head);
+        if (n == 0)
+            return NULL;
         if (n > 1)
             cm_central_flush(size_class, cm_link_next_checked(head), n - 1);
-        return n ? head : NULL;
+        cm_object_hand_out(head);
+        return head;
     }
     cm_free_list *list = &cache->lists[size_class];
     const uint32_t batch = cm_classes[size_class].batch;
@@ -203,6 +234,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     }
     void *object = list->head;
     list->head = cm_link_next_checked(object);
+    cm_object_hand_out(object);
     list->length--;
     cache->size -= cm_classes[size_class].size;
     if (cache->size > cache->max_size)
@@ -211,7 +243,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     return object;
 }
 
-/* object belongs to a SMALL span of size_class and is not a detectable double free. */
+/* object starts an object of a SMALL span of size_class and carries no free mark. */
 void cm_thread_cache_free_slow(void *object, unsigned size_class)
 {
     cm_thread_cache *cache = cache_for_thread();
@@ -248,6 +280,7 @@ size_t cm_thread_cache_bytes(size_t *caches)
 {
     size_t bytes = 0;
     cm_lock_acquire(&registry_lock);
+    sweep_orphans_locked(live_caches);
     for (cm_thread_cache *cache = registry; cache; cache = cache->next)
         bytes += cache == cm_thread_cache_current ? cache->size /* our own: exact */
                                                   : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
@@ -277,7 +310,7 @@ bool cm_thread_cache_valid(void)
 void cm_thread_cache_init(void)
 {
     atomic_store(&unclaimed_budget, (int64_t)cm_option.thread_cache_total);
-    pthread_key_create(&exit_key, thread_exit);
+    have_exit_key = pthread_key_create(&exit_key, thread_exit) == 0;
 }
 
 /* In the child only the forking thread survives. The others' caches are dropped from the
@@ -296,4 +329,13 @@ void cm_thread_cache_fork(int phase)
             unregister(cache);
         cache = next;
     }
+
+}
+
+/* In a forked child, always (also when fork took no lock): the thread's cache must carry the
+ * child thread's own id, or a later sweep would take it for an orphan. */
+void cm_thread_cache_fork_owner(void)
+{
+    if (thread_state == THREAD_LIVE)
+        cm_thread_cache_current->owner_tid = cm_os_thread_id();
 }

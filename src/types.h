@@ -21,6 +21,9 @@
 #define CM_TRANSFER_SLOTS 64                          /* batches one transfer cache can hold */
 #define CM_HEAP_LISTS     128                         /* page heap: exact lists for 1..128 pages */
 #define CM_ADDRESS_BITS   48                          /* user-space virtual addresses */
+#define CM_REQUEST_MAX    ((size_t)1 << (CM_ADDRESS_BITS - 1)) /* no user address space has room
+                                                         for more: larger requests fail at once */
+#define CM_MMAP_THRESHOLD_LIMIT ((size_t)32 << 20)    /* mallopt refuses more, as glibc does */
 
 /* ---- locks (the only lock type; see os.c for the platform side) --------------------------- */
 typedef pthread_mutex_t cm_lock;
@@ -33,10 +36,11 @@ typedef struct cm_class_info {
     uint32_t objects;    /* objects per span: pages * CM_PAGE_SIZE / size */
     uint32_t batch;      /* objects per fill/flush between thread and central cache */
     uint32_t transfer_capacity; /* batches its transfer cache may hold, <= CM_TRANSFER_SLOTS */
-    uint32_t unused;
-    uint64_t divisor_magic;  /* UINT64_MAX / size + 1: offset is a multiple of size iff
-                                offset * divisor_magic < divisor_magic (offsets < 2^32) */
+    uint32_t start_limit;    /* an offset into a span starts an object iff
+                                offset * divisor_magic < start_limit (size_class.c) */
+    uint64_t divisor_magic;  /* UINT64_MAX / size + 1 */
 } cm_class_info;             /* 32 bytes: indexing is a shift */
+_Static_assert(sizeof(cm_class_info) == 32, "cm_class_info is indexed by a shift");
 
 /* ---- spans ---------------------------------------------------------------------------------
  * A span is a run of whole pages. Its state says who owns it:
@@ -83,6 +87,7 @@ typedef struct cm_thread_cache {
     size_t size;               /* bytes on all lists; read and written by its thread only */
     size_t published_size;     /* size as of the thread's last slow path, for stats (atomic) */
     size_t max_size;           /* budget: grows from a small start, drawn from a global pool */
+    int owner_tid;             /* kernel id of its thread, to find caches whose thread is gone */
     struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
     struct cm_thread_cache *prev;
 } cm_thread_cache;

@@ -8,8 +8,12 @@
  *   test_idle_release           the same in a re-executed copy of this binary with
  *                               CMALLOC_RELEASE_DELAY_MS=100 (options are read once, at the
  *                               allocator's start): all freed, then 600 ms idle with no
- *                               allocator call at all; the resident set must fall below 25% of
- *                               its peak (the background release thread does it).
+ *                               allocator call at all, with CMALLOC_BACKGROUND_RELEASE=1; the
+ *                               resident set must fall below 25% of its peak (the release
+ *                               thread, started when the library loaded, does it).
+ *   test_no_thread_by_default   the same in a child without the option: after the frees and
+ *                               the idle time the process has only its own thread (no entry
+ *                               point ever starts one: glibc may hold locks around them).
  *                               `--idle-child call` is the older variant that makes one 1 MiB
  *                               malloc/free after the sleep (release by age on page-heap entry).
  *   test_thread_churn           up to 100,000 short-lived threads (4 at a time; stops after 10 s
@@ -164,9 +168,33 @@ static void test_trim_returns_memory(void **state)
 
 /* ---- release by age (runs in a re-executed child) ------------------------------------------ */
 
-/* mode "call": sleep past the delay, then one 1 MiB malloc/free; mode "none": only sleep. */
+static int thread_count(void)
+{
+    FILE *status = fopen("/proc/self/status", "r");
+    char line[256];
+    int threads = -1;
+    while (status != NULL && fgets(line, sizeof line, status) != NULL)
+        if (sscanf(line, "Threads: %d", &threads) == 1)
+            break;
+    if (status != NULL)
+        fclose(status);
+    return threads;
+}
+
+/* mode "call": sleep past the delay, then one 1 MiB malloc/free; mode "none": only sleep (with
+ * the release thread); mode "threads": only sleep, without it, and count the threads. */
 static int idle_child_main(const char *mode)
 {
+    if (strcmp(mode, "threads") == 0) {
+        chain chains[KINDS];
+        if (allocate_all(chains) == 0)
+            return 1;
+        free_all(chains);
+        usleep(300 * 1000);
+        int threads = thread_count();
+        printf("threads after freeing everything and 300 ms idle: %d (want 1)\n", threads);
+        return threads == 1 ? 0 : 1;
+    }
     chain chains[KINDS];
     size_t peak = allocate_all(chains);
     if (peak == 0) {
@@ -211,8 +239,10 @@ static int run_idle_child(const char *mode, char *output, size_t capacity)
         static char *env[512];
         int n = 0;
         env[n++] = "CMALLOC_RELEASE_DELAY_MS=100";
+        env[n++] = strcmp(mode, "none") == 0 ? "CMALLOC_BACKGROUND_RELEASE=1" : "CMALLOC_BACKGROUND_RELEASE=0";
         for (char **e = environ; *e && n < 510; e++)
-            if (strncmp(*e, "CMALLOC_RELEASE_DELAY_MS=", 25) != 0)
+            if (strncmp(*e, "CMALLOC_RELEASE_DELAY_MS=", 25) != 0 &&
+                strncmp(*e, "CMALLOC_BACKGROUND_RELEASE=", 27) != 0)
                 env[n++] = *e;
         env[n] = NULL;
         char *args[] = {"test_release", "--idle-child", (char *)mode, NULL};
@@ -245,6 +275,16 @@ static void test_idle_release(void **state)
     printf("%s", output);
     if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0))
         fail_msg("idle release: the child failed (status 0x%x)", status);
+}
+
+static void test_no_thread_by_default(void **state)
+{
+    (void)state;
+    static char output[4096];
+    int status = run_idle_child("threads", output, sizeof output);
+    printf("%s", output);
+    if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        fail_msg("a thread was started without CMALLOC_BACKGROUND_RELEASE=1 (status 0x%x)", status);
 }
 
 /* ---- thread churn ------------------------------------------------------------------------ */
@@ -413,6 +453,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trim_returns_memory),
         cmocka_unit_test(test_idle_release),
+        cmocka_unit_test(test_no_thread_by_default),
         cmocka_unit_test(test_thread_churn),
     };
     return cmocka_run_group_tests_name("release", tests, NULL, NULL);

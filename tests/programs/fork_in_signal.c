@@ -1,0 +1,51 @@
+/* fork_in_signal.c - a single-threaded program whose timer signal handler forks (the child
+ * _exits at once) while main allocates and frees blocks of every kind in a loop, so the
+ * handler often interrupts malloc or free holding an allocator lock. glibc skips its malloc
+ * locks in fork when the process is single-threaded; an allocator that takes them anyway
+ * waits for itself. Exit 0 after 2 s of this. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t forks;
+
+static void on_timer(int signal_number)
+{
+    (void)signal_number;
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    if (pid > 0) {
+        waitpid(pid, NULL, 0);
+        forks++;
+    }
+}
+
+int main(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_timer;
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &action, NULL);
+    struct itimerval every = {{0, 1000}, {0, 1000}};
+    setitimer(ITIMER_REAL, &every, NULL);
+    time_t end = time(NULL) + 2;
+    unsigned seed = 1;
+    void *slots[64] = {0};
+    while (time(NULL) < end) {
+        int i = rand_r(&seed) % 64;
+        free(slots[i]);
+        size_t size = (size_t)1 << (rand_r(&seed) % 22);
+        slots[i] = malloc(size + (size_t)(rand_r(&seed) % 64));
+    }
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    for (int i = 0; i < 64; i++)
+        free(slots[i]);
+    return forks > 0 ? 0 : 3;
+}

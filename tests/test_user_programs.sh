@@ -1,0 +1,71 @@
+#!/bin/sh
+# test_user_programs.sh - small C programs written as users write them, run under
+# LD_PRELOAD=build/libcmalloc.so: the patterns that hang or break an allocator that is not
+# careful about glibc's own locks, fork and thread exit (tests/programs/*.c, each headed by
+# what it does). Each program runs once without cmalloc (the program itself must be right),
+# then REPEAT times under cmalloc (races that show once in four runs need repeats), each run
+# killed after LIMIT seconds: a kill is reported as a hang.
+#
+#   sh tests/test_user_programs.sh [NAME...]     (from the top directory; make test runs it)
+# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget.
+# Runtime: about 20 s on two cores.
+set -u
+
+top=$(pwd)
+lib="$top/build/libcmalloc.so"
+out="$top/build/tests/programs"
+src="$top/tests/programs"
+repeat=${USER_PROGRAM_REPEAT:-4}
+limit=${USER_PROGRAM_LIMIT:-30}
+[ -f "$lib" ] || { echo "test_user_programs: $lib missing (run make first)" >&2; exit 1; }
+mkdir -p "$out"
+
+CC=${CC:-cc}
+CXX=${CXX:-g++}
+build() { # build NAME COMPILER FLAGS...: tests/programs/NAME.* -> build/tests/programs/NAME
+    name=$1 compiler=$2
+    shift 2
+    file=$(ls "$src/$name".c* 2>/dev/null | head -1)
+    [ "$out/$name" -nt "$file" ] && return 0
+    $compiler -O1 -g -Wall -Wextra -pthread "$file" -o "$out/$name" "$@"
+}
+
+build_all() {
+    $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/atfork_lib.c" -o "$out/libatfork_lib.so" &&
+    build atfork_main "$CC" -Wl,--no-as-needed -L"$out" -latfork_lib -Wl,-rpath,"$out" &&
+    for name in threads_join join_user_stack fork_stdio fork_in_signal; do
+        build "$name" "$CC" || return 1
+    done &&
+    if command -v "$CXX" >/dev/null 2>&1; then build nothrow_handler "$CXX"; fi
+}
+build_all || { echo "test_user_programs: building the programs failed" >&2; exit 1; }
+
+failures=0
+run() { # run NAME: once plain, then REPEAT times under cmalloc
+    name=$1
+    [ -x "$out/$name" ] || { echo "-- $name: SKIP (not built)"; return; }
+    printf -- "-- %s:" "$name"
+    if ! (unset LD_PRELOAD; timeout -s KILL "$limit" "$out/$name") >"$out/$name.log" 2>&1; then
+        echo " FAIL even without cmalloc:"; sed -n 1,10p "$out/$name.log"
+        failures=$((failures + 1)); return
+    fi
+    i=1
+    while [ "$i" -le "$repeat" ]; do
+        LD_PRELOAD="$lib" timeout -s KILL "$limit" "$out/$name" >"$out/$name.log" 2>&1
+        rc=$?
+        if [ "$rc" -ne 0 ]; then
+            [ "$rc" -eq 137 ] && what="hung (killed after $limit s)" || what="exit status $rc"
+            echo " FAIL in run $i of $repeat: $what"; sed -n 1,10p "$out/$name.log"
+            failures=$((failures + 1)); return
+        fi
+        i=$((i + 1))
+    done
+    echo " ok ($repeat runs)"
+}
+
+if [ $# -gt 0 ]; then names="$*"; else
+    names="threads_join join_user_stack fork_stdio fork_in_signal atfork_main nothrow_handler"
+fi
+for name in $names; do run "$name"; done
+[ "$failures" -eq 0 ] || { echo "test_user_programs: $failures program(s) failed"; exit 1; }
+echo "test_user_programs: all passed"
