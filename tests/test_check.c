@@ -116,6 +116,46 @@ static void normal_use_works(void **state)
     assert_true(cm_heap_check());
 }
 
+/* What programs assert of any malloc, kept in the debug mode: malloc(0) has a positive usable
+ * size, and realloc to a size within the usable size keeps the block (with its canary moved
+ * to the new end, so an overflow past the new size is still reported). */
+static void zero_size_and_shrink_in_place(void **state)
+{
+    (void)state;
+    char *zero = malloc(0);
+    assert_non_null(zero);
+    assert_true(malloc_usable_size(zero) > 0);
+    zero[0] = 'z'; /* the usable byte is writable: free finds the canary intact */
+    free(zero);
+    char *p = malloc(100);
+    memset(p, 'b', 100);
+    assert_ptr_equal(realloc(p, 100), p);
+    assert_ptr_equal(realloc(p, 60), p);
+    assert_int_equal(malloc_usable_size(p), 60);
+    for (int i = 0; i < 60; i++)
+        assert_int_equal(p[i], 'b');
+    assert_ptr_equal(realloc(p, 0 + 1), p);
+    free(p);
+}
+
+static void overflow_after_shrink(void)
+{
+    char *p = malloc(100);
+    p = realloc(p, 40);
+    p[40] = 'x';
+    free(p);
+}
+
+static void shrink_keeps_the_canary(void **state)
+{
+    (void)state;
+    char report[4096];
+    int signal_number;
+    run_child(overflow_after_shrink, report, sizeof report, &signal_number);
+    assert_int_equal(signal_number, SIGABRT);
+    assert_non_null(strstr(report, "heap buffer overflow past the block at"));
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -129,6 +169,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reports_errors),
         cmocka_unit_test(normal_use_works),
+        cmocka_unit_test(zero_size_and_shrink_in_place),
+        cmocka_unit_test(shrink_keeps_the_canary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,13 @@
  *   test_double_free_huge           free(p); free(p), 32 MiB     double free ... in free()
  *   test_double_free_large_merged   1 MiB blocks a, b neighbours: free(a); free(b); free(b)
  *                                   (b merged into a's free span)  double free ... in free()
+ *   test_double_free_not_at_head    free(a); free(b); free(a)    double free ... in free()
+ *   test_double_free_deep           a freed, then 1000 more of its class (a deep in the list)
+ *   test_double_free_flushed        a freed, then 20000 more (a flushed to the central cache)
+ *   test_double_free_other_thread   a freed by a thread that keeps running (a in its cache)
+ *                                   all four: double free ... in free() (the free mark)
+ *   test_free_past_span_end         p = malloc(48): free of p's page + 8160, the slot past
+ *                                   the 170 objects of a one-page 48-byte span: invalid pointer
  *   test_realloc_invalid            realloc(&local, 64)          realloc(): invalid pointer
  *   test_usable_size_invalid        malloc_usable_size(p + 16)   malloc_usable_size(): ...
  * and, in a copy of this binary re-executed with CMALLOC_CHECK=1 (`--run NAME`):
@@ -286,6 +293,57 @@ static void double_free_large(void)
     free(opaque(p));
 }
 
+/* Frees a, then count other blocks of its class, then a again. */
+static void double_free_after(size_t count)
+{
+    void *a = opaque(malloc(48));
+    void **others = calloc(count, sizeof *others);
+    for (size_t i = 0; i < count; i++)
+        others[i] = opaque(malloc(48));
+    announce(a);
+    free(a);
+    for (size_t i = 0; i < count; i++)
+        free(others[i]);
+    free(opaque(a));
+}
+
+static void double_free_deep(void) { double_free_after(1000); }
+static void double_free_flushed(void) { double_free_after(20000); }
+
+static volatile int other_thread_freed;
+
+static void *free_and_stay(void *p)
+{
+    free(p);
+    __atomic_store_n(&other_thread_freed, 1, __ATOMIC_RELEASE);
+    pause(); /* keeps its cache, with p on it, alive until the process dies */
+    return NULL;
+}
+
+static void double_free_other_thread(void)
+{
+    void *a = opaque(malloc(48));
+    announce(a);
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, free_and_stay, a) != 0)
+        _exit(93);
+    while (!__atomic_load_n(&other_thread_freed, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    free(opaque(a));
+}
+
+static void free_past_span_end(void)
+{
+    char *object = malloc(48);
+    char *page = (char *)((uintptr_t)object & ~(uintptr_t)8191); /* a one-page span */
+    void *p = opaque(page + 8160); /* 170 * 48: past the last whole object */
+    announce(p);
+    free(p);
+    /* Accepted, the slot would be handed out, running 16 bytes past the span. */
+    for (int i = 0; i < 400; i++)
+        memset(malloc(48), 7, 48);
+}
+
 static void realloc_invalid(void)
 {
     char local[64];
@@ -417,6 +475,36 @@ static void test_double_free_large_merged(void **state)
 {
     (void)state;
     expect_death(double_free_large_merged, "cmalloc: double free %p in free()");
+}
+
+static void test_double_free_not_at_head(void **state)
+{
+    (void)state;
+    expect_death(double_free_not_at_head, "cmalloc: double free %p in free()");
+}
+
+static void test_double_free_deep(void **state)
+{
+    (void)state;
+    expect_death(double_free_deep, "cmalloc: double free %p in free()");
+}
+
+static void test_double_free_flushed(void **state)
+{
+    (void)state;
+    expect_death(double_free_flushed, "cmalloc: double free %p in free()");
+}
+
+static void test_double_free_other_thread(void **state)
+{
+    (void)state;
+    expect_death(double_free_other_thread, "cmalloc: double free %p in free()");
+}
+
+static void test_free_past_span_end(void **state)
+{
+    (void)state;
+    expect_death(free_past_span_end, "cmalloc: free(): invalid pointer %p");
 }
 
 static void test_realloc_invalid(void **state)
@@ -708,6 +796,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_double_free_large),
         cmocka_unit_test(test_double_free_huge),
         cmocka_unit_test(test_double_free_large_merged),
+        cmocka_unit_test(test_double_free_not_at_head),
+        cmocka_unit_test(test_double_free_deep),
+        cmocka_unit_test(test_double_free_flushed),
+        cmocka_unit_test(test_double_free_other_thread),
+        cmocka_unit_test(test_free_past_span_end),
         cmocka_unit_test(test_realloc_invalid),
         cmocka_unit_test(test_usable_size_invalid),
         cmocka_unit_test(test_keep_going),
