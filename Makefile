@@ -1,7 +1,8 @@
-# cmalloc - a plain Makefile. Targets: all test bench install uninstall deps clean.
+# cmalloc - a plain Makefile. Targets: all test debug-test bench install uninstall deps clean.
 #
 #   make                  build/libcmalloc.so, build/libcmalloc.a
 #   make test             build and run every test (cmocka binaries, then shell tests)
+#   make debug-test       the same suite against a -DCM_DEBUG build (asserts, heap walks)
 #   make bench            the quick benchmark matrix (see scripts/bench-matrix.sh)
 #   make install PREFIX=/usr/local DESTDIR=   library (with soname links), static library,
 #                         headers, the cmalloc launcher, cmalloc.pc; `make uninstall` (same
@@ -117,7 +118,16 @@ uninstall:
 deps:
 	$(DEPS)
 
+# The whole suite against a debug build (-DCM_DEBUG: CM_ASSERT on, heap walks on slow paths;
+# same -O2 code otherwise, so the fast-path budget holds), in a copy of the tree under
+# build/debug so that the release build here is left alone.
+DEBUG_TREE := Makefile README.md cmalloc.pc.in src include tests bench scripts docs
+debug-test:
+	rm -rf build/debug && mkdir -p build/debug
+	cp -r $(wildcard $(DEBUG_TREE)) build/debug/
+	$(MAKE) -C build/debug test CFLAGS="-O2 -g -DCM_DEBUG"
+
 clean:
 	rm -rf build
 
-.PHONY: all test bench install uninstall deps clean
+.PHONY: all test bench install uninstall deps clean debug-test

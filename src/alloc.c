@@ -177,6 +177,7 @@ void *cm_alloc_slow(size_t size)
 {
     if (CM_UNLIKELY(!cm_is_initialized()))
         cm_init();
+    CM_DEBUG_WALK();
     if (CM_UNLIKELY(cm_option.check)) {
         void *p = cm_check_alloc(size);
         return p ? p : out_of_memory();
@@ -293,6 +294,7 @@ void cm_free_slow(void *p, const char *caller)
 {
     if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, caller)))
         return;
+    CM_DEBUG_WALK();
     cm_free_unchecked(p, caller);
 }
 

@@ -57,6 +57,7 @@ static void span_list_remove(central *c, cm_span *span)
 /* A fresh span for the class, on the list, or NULL when memory is exhausted. */
 static cm_span *span_new_locked(central *c, unsigned size_class)
 {
+    CM_ASSERT(cm_lock_is_mine(&c->lock));
     const cm_class_info *info = &cm_classes[size_class];
     cm_span *span = cm_page_heap_alloc(info->pages, 1, size_class);
     if (span == NULL)
@@ -73,6 +74,8 @@ static cm_span *span_new_locked(central *c, unsigned size_class)
 static void span_push_locked(central *c, void *object)
 {
     cm_span *span = cm_pagemap_lookup(object);
+    CM_ASSERT(cm_lock_is_mine(&c->lock) && span != NULL && span->state == CM_SPAN_SMALL &&
+              &centrals[span->size_class] == c && span->used > 0);
     cm_link_set(object, span->free_objects);
     span->free_objects = object;
     span->used--;

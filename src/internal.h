@@ -22,6 +22,21 @@
 #define CM_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
 #define CM_EXPORT      __attribute__((visibility("default")))
 
+/* Debug builds (-DCM_DEBUG, `make debug-test`): CM_ASSERT checks an invariant and aborts with
+ * its text; the slow paths also walk the whole heap (cm_heap_check) every CM_DEBUG_WALK_EVERY
+ * calls. Release builds compile both to nothing. Never used on the fast paths. */
+#ifdef CM_DEBUG
+CM_COLD __attribute__((noreturn)) void cm_assert_failed(const char *file, int line, const char *what);
+void cm_debug_walk(void);
+#define CM_ASSERT(condition) \
+    (CM_LIKELY(condition) ? (void)0 : cm_assert_failed(__FILE__, __LINE__, #condition))
+#define CM_DEBUG_WALK() cm_debug_walk()
+#else
+#define CM_ASSERT(condition) ((void)0)
+#define CM_DEBUG_WALK() ((void)0)
+#endif
+#define CM_DEBUG_WALK_EVERY 50000
+
 enum { CM_FORK_PREPARE, CM_FORK_PARENT, CM_FORK_CHILD };
 
 /* os.c: the only file that talks to the kernel */
@@ -46,6 +61,7 @@ void cm_os_fork_locked(void);
 void cm_lock_acquire(cm_lock *lock);
 void cm_lock_release(cm_lock *lock);
 void cm_lock_reinit(cm_lock *lock);
+bool cm_lock_is_mine(const cm_lock *lock);
 void cm_lock_fork(cm_lock *lock, int phase);
 
 /* A message built on the stack (never malloc) and written with write(2). */

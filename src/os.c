@@ -243,6 +243,14 @@ void cm_lock_release(cm_lock *lock)
 
 void cm_lock_reinit(cm_lock *lock) { pthread_mutex_init(lock, NULL); }
 
+/* For CM_ASSERT in the _locked functions: whether the calling thread holds lock (glibc's
+ * mutex records its owner's thread id; in a forked child, until the child handler, the locks
+ * are still the parent's thread's, whose id the child's thread does not have). */
+bool cm_lock_is_mine(const cm_lock *lock)
+{
+    return holding_all_for_fork || lock->__data.__owner == gettid();
+}
+
 /* The fork protocol for one lock: held across fork, released in the parent and made new in the
  * child (whose copy is owned by a thread that no longer exists there). */
 void cm_lock_fork(cm_lock *lock, int phase)

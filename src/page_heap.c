@@ -40,6 +40,7 @@ static cm_span **list_for(size_t pages)
 
 static void list_insert(cm_span *span)
 {
+    CM_ASSERT(cm_lock_is_mine(&heap_lock) && span->state == CM_SPAN_FREE && span->pages > 0);
     cm_span **head = list_for(span->pages);
     span->prev = NULL;
     span->next = *head;
@@ -106,6 +107,7 @@ static void insert_coalesced(cm_span *span)
 /* Returns pages given back, releasing spans idle at least min_idle_ms. Caller holds heap_lock. */
 static size_t release_idle_locked(uint64_t now, uint64_t min_idle_ms)
 {
+    CM_ASSERT(cm_lock_is_mine(&heap_lock));
     size_t released = 0;
     for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
         for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s; s = s->next) {
@@ -134,6 +136,7 @@ static void maybe_release_locked(void)
 /* Maps a fresh chunk of at least pages and adds it as a free span. Caller holds heap_lock. */
 static bool grow_locked(size_t pages)
 {
+    CM_ASSERT(cm_lock_is_mine(&heap_lock));
     size_t chunk = pages > GROW_MIN_PAGES ? pages : GROW_MIN_PAGES;
     char *memory = cm_os_map(chunk << CM_PAGE_SHIFT);
     if (memory == NULL)
@@ -155,6 +158,7 @@ static bool grow_locked(size_t pages)
 
 static cm_span *find_locked(size_t pages)
 {
+    CM_ASSERT(cm_lock_is_mine(&heap_lock));
     for (size_t n = pages; n <= CM_HEAP_LISTS; n++)
         if (free_lists[n])
             return free_lists[n];
@@ -169,6 +173,7 @@ static cm_span *find_locked(size_t pages)
 /* Cuts span to [span->page + offset, + pages), returning the pieces around it to the lists. */
 static bool trim_locked(cm_span *span, size_t offset, size_t pages)
 {
+    CM_ASSERT(cm_lock_is_mine(&heap_lock) && offset + pages <= span->pages);
     size_t tail = span->pages - offset - pages;
     cm_span *before = offset ? cm_span_new() : NULL, *after = tail ? cm_span_new() : NULL;
     if ((offset && before == NULL) || (tail && after == NULL)) {

@@ -40,8 +40,13 @@ static uint32_t pages_for(size_t size)
     return (uint32_t)pages;
 }
 
+_Static_assert(CM_CLASSES_MAX <= 256, "a size class must fit the pagemap's class byte");
+_Static_assert((CM_MAX_SMALL * 9 / 8) / CM_PAGE_SIZE + 1 < 256,
+               "the pages of a small span must fit the pagemap's span_pages byte");
+
 static void add_class(size_t size)
 {
+    CM_ASSERT(cm_class_count < CM_CLASSES_MAX && size % CM_ALIGNMENT == 0);
     cm_class_info *c = &cm_classes[cm_class_count++];
     c->size = (uint32_t)size;
     c->pages = pages_for(size);
@@ -50,6 +55,8 @@ static void add_class(size_t size)
     c->divisor_magic = UINT64_MAX / size + 1;
     uint64_t step = c->divisor_magic * size;
     c->start_limit = step == 0 ? 1 : (uint32_t)(c->objects * step);
+    CM_ASSERT(c->objects >= 1 && c->pages < 256 && c->batch <= CM_BATCH_MAX &&
+              (uint64_t)c->objects * step < c->divisor_magic);
     c->transfer_capacity =
         (uint32_t)clamp((512u << 10) / ((size_t)c->batch * size), 2, CM_TRANSFER_SLOTS);
 }

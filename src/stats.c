@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "cmalloc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 CM_EXPORT int cmalloc_stats_get(cmalloc_stats *stats)
@@ -102,6 +103,30 @@ bool cm_heap_check(void)
         return true;
     return cm_thread_cache_valid() && cm_central_valid() && cm_page_heap_valid();
 }
+
+#ifdef CM_DEBUG
+void cm_assert_failed(const char *file, int line, const char *what)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: internal check failed at ");
+    cm_message_str(&m, file);
+    cm_message_str(&m, ":");
+    cm_message_uint(&m, (uint64_t)line);
+    cm_message_str(&m, ": ");
+    cm_message_str(&m, what);
+    cm_message_str(&m, "; aborting\n");
+    cm_message_write(&m, 2);
+    abort();
+}
+
+/* Called by the slow paths with no allocator lock held. */
+void cm_debug_walk(void)
+{
+    static _Atomic unsigned long calls;
+    if (__atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) % CM_DEBUG_WALK_EVERY == 0)
+        CM_ASSERT(cm_heap_check());
+}
+#endif
 
 __attribute__((destructor)) static void stats_at_exit(void)
 {

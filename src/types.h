@@ -81,6 +81,8 @@ typedef struct cm_free_list {
     uint32_t length;           /* objects on the list */
     uint32_t max_length;       /* grows with use (slow start), a free beyond it flushes a batch */
 } cm_free_list;
+_Static_assert(sizeof(cm_free_list) == 16, "the fast paths index the lists by a shift");
+_Static_assert(CM_ALIGNMENT >= 2 * sizeof(uintptr_t), "a free object holds a link and a free mark");
 
 typedef struct cm_thread_cache {
     cm_free_list lists[CM_CLASSES_MAX]; /* lists[0] is never used: class 0 means "not small" */
