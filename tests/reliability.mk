@@ -81,6 +81,8 @@ fuzz: build/fuzz/fuzz_entry_points | build/fuzz/corpus
 SAN_CC    ?= clang
 TSAN_OBJS := $(patsubst src/%.c,build/tsan/obj/%.o,$(SRCS))
 UBSAN_OBJS := $(patsubst src/%.c,build/ubsan/obj/%.o,$(SRCS))
+# new_handler.cc, the one C++ object, goes in as the release build made it (weak C++ symbols).
+UBSAN_OBJS   += $(patsubst src/%.cc,build/obj/%.o,$(CXX_SRCS))
 UBSAN_FLAGS := -fsanitize=undefined -fno-sanitize-recover=undefined
 UBSAN_TESTS := $(patsubst tests/%.c,build/ubsan/tests/%,$(filter-out tests/test_orderbook.c,$(wildcard tests/test_*.c))) \
                build/ubsan/tests/test_fuzz_replay
