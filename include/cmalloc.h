@@ -2,7 +2,7 @@
  *
  * Link with -lcmalloc (or preload libcmalloc.so) and every malloc, free, new and delete in the
  * process is served by cmalloc. This header adds what the standard family lacks: statistics,
- * releasing memory to the OS on demand, and object pools.
+ * releasing memory to the OS on demand, arenas and object pools (C++ front ends: cmalloc.hpp).
  */
 #ifndef CMALLOC_H
 #define CMALLOC_H
@@ -47,15 +47,80 @@ void cmalloc_stats_print_json(int fd);
  * batches and every idle free span. Returns the number of bytes released. */
 size_t cmalloc_release(void);
 
-/* Object pools: fixed-size objects carved from large slabs, freed all at once by
- * cmalloc_pool_destroy. A pool made without CMALLOC_POOL_THREAD_SAFE must be used by one thread
- * at a time; with it, any thread may allocate and free. Objects are 16-byte aligned. */
+/* ---- arenas and pools ------------------------------------------------------------------------
+ * Explicit allocators for code that knows its objects' lifetimes. Their memory comes from
+ * cmalloc's page heap in chunks: it counts in cmalloc_stats_get's bytes_in_use while the arena or
+ * pool holds it, and goes back to the OS when the arena or pool is destroyed. Neither ever calls
+ * malloc for an object. Their objects must not be passed to free() or realloc() (cmalloc reports
+ * that as an invalid pointer). Bad input is reported on stderr and the process aborts, as for a
+ * bad free(): "cmalloc: cmalloc_pool_free(): ...". Zero sizes, a bad alignment or bad flags
+ * return NULL with errno EINVAL; out of memory returns NULL with errno ENOMEM.
+ *
+ * Arena: a linear (bump) allocator. Objects are not freed one by one: a mark remembers a
+ * position, and rewinding to it frees everything allocated after it (a stack, LIFO), reset frees
+ * everything. When its chunk is full the arena takes a new one, twice as large as the last (or
+ * large enough for the request), so objects never move. One thread at a time per arena.
+ */
+typedef struct cmalloc_arena cmalloc_arena;
+
+/* A new arena whose first chunk holds initial_bytes (rounded up to whole pages). O(1). */
+cmalloc_arena *cmalloc_arena_create(size_t initial_bytes);
+
+/* size bytes aligned to align (a power of two, any size: 16 for malloc-like objects, up to the
+ * page size and beyond). O(1): a pointer bump, or a new chunk from the page heap when full. */
+void *cmalloc_arena_alloc(cmalloc_arena *arena, size_t size, size_t align);
+
+/* The current position, to pass to cmalloc_arena_rewind. O(1). A mark stays valid until the
+ * arena is rewound to an earlier one, reset or destroyed. */
+size_t cmalloc_arena_mark(const cmalloc_arena *arena);
+
+/* Frees everything allocated after mark. O(1) plus one page-heap call per chunk given back
+ * (the largest one is kept for reuse). A mark of another arena, a mark ahead of the current
+ * position (rewinding forward) or one made invalid by an earlier rewind or reset: abort. */
+void cmalloc_arena_rewind(cmalloc_arena *arena, size_t mark);
+
+/* Frees everything; keeps the largest chunk, so an arena reset once per cycle of the same
+ * work settles into a single chunk. O(chunks). */
+void cmalloc_arena_reset(cmalloc_arena *arena);
+
+/* Frees everything and the arena; its pages go back to the OS at once. O(chunks). NULL: no-op. */
+void cmalloc_arena_destroy(cmalloc_arena *arena);
+
+/* Bytes handed out since creation or the last reset (what a rewind to the first mark frees). */
+size_t cmalloc_arena_used(const cmalloc_arena *arena);
+
+/* Pool: objects of one size, allocated and freed one at a time in any order, each O(1) (a free
+ * list and a bump pointer; no search, no lock without THREAD_SAFE). Objects are aligned to at
+ * least 16 bytes and to their size's natural alignment up to 64 (a 64-byte object is 64-byte
+ * aligned, a 24-byte one 16). cmalloc_pool_free checks in O(1) that the object is an allocated
+ * object of this pool: freeing it twice, or freeing a pointer that is not one (another pool's,
+ * malloc's, an address inside an object), is reported and aborts (with CMALLOC_ABORT_ON_ERROR=0:
+ * reported and ignored).
+ * Flags, ORed:
+ *   CMALLOC_POOL_FIXED        capacity is a hard limit: the memory for all of it is taken at
+ *                             create, and alloc returns NULL (errno ENOMEM) when capacity objects
+ *                             are in use; never calls the page heap after create.
+ *   CMALLOC_POOL_GROW         capacity objects are reserved at create (0 allowed); past them the
+ *                             pool takes more chunks; objects never move.
+ *   CMALLOC_POOL_THREAD_SAFE  any thread may alloc and free (alloc takes the pool's lock, free is
+ *                             lock-free); without it one thread at a time uses the pool.
+ */
 typedef struct cmalloc_pool cmalloc_pool;
-#define CMALLOC_POOL_THREAD_SAFE 1u
-cmalloc_pool *cmalloc_pool_create(size_t object_size, unsigned flags); /* NULL + errno on error */
-void *cmalloc_pool_alloc(cmalloc_pool *pool);                           /* NULL + ENOMEM when out */
-void cmalloc_pool_free(cmalloc_pool *pool, void *object);               /* object from this pool */
-void cmalloc_pool_destroy(cmalloc_pool *pool);                          /* frees every object */
+#define CMALLOC_POOL_FIXED       0u  /* capacity is a hard limit: alloc returns NULL when full */
+#define CMALLOC_POOL_GROW        1u  /* grows by chunks; objects never move */
+#define CMALLOC_POOL_THREAD_SAFE 2u  /* any thread may alloc and free */
+
+/* A pool of objects of object_size bytes (1 B .. 1 GiB), room for capacity of them reserved.
+ * EINVAL: object_size 0 or above 1 GiB, unknown flags, a FIXED pool of capacity 0.
+ * ENOMEM: the reservation failed. O(capacity / objects per chunk). */
+cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity, unsigned flags);
+void *cmalloc_pool_alloc(cmalloc_pool *pool);                /* O(1); NULL + ENOMEM when out */
+void cmalloc_pool_free(cmalloc_pool *pool, void *object);    /* O(1); NULL: no-op */
+size_t cmalloc_pool_capacity(const cmalloc_pool *pool);      /* objects it holds without growing */
+size_t cmalloc_pool_in_use(const cmalloc_pool *pool);        /* allocated and not freed, O(1) */
+size_t cmalloc_pool_object_size(const cmalloc_pool *pool);   /* usable bytes of each object */
+/* Frees every object at once; the pages go back to the OS. O(chunks). NULL: no-op. */
+void cmalloc_pool_destroy(cmalloc_pool *pool);
 
 #ifdef __cplusplus
 }

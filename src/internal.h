@@ -159,6 +159,7 @@ static inline void *cm_span_start(const cm_span *span)
 /* page_heap.c */
 cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_class);
 void cm_page_heap_free(cm_span *span);
+void cm_page_heap_free_released(cm_span *span);
 bool cm_page_heap_resize(cm_span *span, size_t pages);
 size_t cm_page_heap_release(bool everything);
 size_t cm_page_heap_unmap_free(void);
@@ -213,6 +214,10 @@ bool cm_check_shrink(void *p, size_t size);
 bool cm_check_usable_size(const void *p, size_t *size);
 size_t cm_check_quarantined_bytes(void);
 void cm_check_fork(int phase);
+
+/* pool.c and arena.c: also the public cmalloc_pool_* and cmalloc_arena_* (see cmalloc.h) */
+struct cmalloc_pool;
+bool cm_pool_valid(const struct cmalloc_pool *pool);
 
 /* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
 bool cm_heap_check(void);

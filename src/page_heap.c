@@ -309,8 +309,9 @@ void cm_page_heap_set_mapped(uintptr_t page, cm_span *span)
     cm_lock_release(&heap_lock);
 }
 
-/* Takes back a LARGE span, or a SMALL span whose objects are all free. */
-void cm_page_heap_free(cm_span *span)
+/* Takes back a LARGE span, or a SMALL span whose objects are all free; released says the
+ * caller has already given its pages to the OS. */
+static void take_back(cm_span *span, uint8_t released)
 {
     cm_lock_acquire(&heap_lock);
     if (span->state == CM_SPAN_SMALL) {
@@ -321,11 +322,24 @@ void cm_page_heap_free(cm_span *span)
         large_pages -= span->pages;
         large_count--;
     }
-    span->released = 0;
+    span->released = released;
     span->free_since_ms = cm_os_now_ms();
     insert_coalesced(span);
     maybe_release_locked();
     cm_lock_release(&heap_lock);
+}
+
+void cm_page_heap_free(cm_span *span)
+{
+    take_back(span, 0);
+}
+
+/* A LARGE span whose memory leaves the process now rather than by age: pools and arenas on
+ * destroy (the madvise happens outside heap_lock). */
+void cm_page_heap_free_released(cm_span *span)
+{
+    cm_os_release(cm_span_start(span), span->pages << CM_PAGE_SHIFT);
+    take_back(span, 1);
 }
 
 /* Gives idle free spans back to the OS (all of them when everything). Returns bytes. */

@@ -1,66 +1,191 @@
-/* test_pool.c - object pools (cmalloc_pool_*): objects are 16-byte aligned, distinct and
- * writable; freed objects are reused; a thread-safe pool survives many threads allocating and
- * freeing each other's objects; destroy returns the slabs; bad arguments fail with EINVAL. */
+/* test_pool.c - object pools (cmalloc_pool_*), black box plus the pool's invariant check.
+ *
+ *   alignment_for_every_size     sizes 1..300: 16-byte aligned, and to the size's natural
+ *                                alignment up to 64; object_size() covers the request
+ *   objects_distinct_and_reused  patterns survive, a freed object comes back, free(NULL)
+ *   fixed_pool_fills_to_capacity capacities 1, 7, 1000, 100000 (many chunks): capacity() is the
+ *                                request, the next alloc is NULL with ENOMEM, in_use == capacity,
+ *                                and a free makes room for exactly one more
+ *   grow_pool_keeps_addresses    600,000 objects: capacity grows, every object keeps its
+ *                                address and contents
+ *   random_against_model         seeded interleaved alloc/free (TEST_SEED to repeat), in_use and
+ *                                contents against a model, cm_pool_valid at checkpoints
+ *   thread_safe_pool_4_threads   4 threads allocate, then free each other's objects, 3 rounds
+ *   memory_in_stats_and_released a 64 MiB pool counts in bytes_in_use; destroy takes it out of
+ *                                bytes_in_use and out of RSS at once
+ *   bad_arguments                EINVAL: size 0, size > 1 GiB, unknown flags, FIXED of capacity
+ *                                0; ENOMEM: a capacity no memory can hold; GROW of capacity 0 ok
+ *   death_*                      double free (plain and THREAD_SAFE), a malloc pointer, a stack
+ *                                address, another pool's object, a pointer inside an object, and
+ *                                free() of a pool object: SIGABRT with the exact message
+ */
+#define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cmalloc.h"
+#include "death_test.h"
 
-static void objects_are_aligned_distinct_and_reused(void **state)
+bool cm_pool_valid(const cmalloc_pool *pool); /* src/internal.h: hidden, linkable from the .a */
+
+static void alignment_for_every_size(void **state)
 {
     (void)state;
-    cmalloc_pool *pool = cmalloc_pool_create(40, 0);
+    for (size_t size = 1; size <= 300; size++) {
+        size_t low = size & -size;
+        size_t align = low < 16 ? 16 : low > 64 ? 64 : low;
+        unsigned flags = size % 2 ? CMALLOC_POOL_GROW : CMALLOC_POOL_FIXED;
+        cmalloc_pool *pool = cmalloc_pool_create(size, 50, flags);
+        assert_non_null(pool);
+        assert_true(cmalloc_pool_object_size(pool) >= size);
+        assert_int_equal(cmalloc_pool_object_size(pool) % align, 0);
+        for (int i = 0; i < 50; i++) {
+            unsigned char *p = cmalloc_pool_alloc(pool);
+            assert_non_null(p);
+            assert_int_equal((uintptr_t)p % align, 0);
+            memset(p, 0xab, size);
+        }
+        assert_true(cm_pool_valid(pool));
+        cmalloc_pool_destroy(pool);
+    }
+}
+
+static void objects_distinct_and_reused(void **state)
+{
+    (void)state;
+    cmalloc_pool *pool = cmalloc_pool_create(40, 0, CMALLOC_POOL_GROW);
     assert_non_null(pool);
     enum { N = 5000 };
     static unsigned char *objects[N];
     for (int i = 0; i < N; i++) {
         objects[i] = cmalloc_pool_alloc(pool);
         assert_non_null(objects[i]);
-        assert_int_equal((uintptr_t)objects[i] % 16, 0);
         memset(objects[i], i & 0xff, 40);
     }
     for (int i = 0; i < N; i++) /* no two overlap: every pattern is intact */
         for (int k = 0; k < 40; k++)
             assert_int_equal(objects[i][k], i & 0xff);
+    assert_int_equal(cmalloc_pool_in_use(pool), N);
     cmalloc_pool_free(pool, objects[17]);
+    assert_int_equal(cmalloc_pool_in_use(pool), N - 1);
     assert_ptr_equal(cmalloc_pool_alloc(pool), objects[17]);
     cmalloc_pool_free(pool, NULL);
+    assert_int_equal(cmalloc_pool_in_use(pool), N);
+    assert_true(cm_pool_valid(pool));
+    cmalloc_pool_destroy(pool);
+    cmalloc_pool_destroy(NULL);
+}
+
+static void fixed_pool_fills_to_capacity(void **state)
+{
+    (void)state;
+    static const size_t capacities[] = {1, 7, 1000, 100000};
+    for (size_t c = 0; c < sizeof capacities / sizeof *capacities; c++) {
+        size_t capacity = capacities[c];
+        cmalloc_pool *pool = cmalloc_pool_create(24, capacity, CMALLOC_POOL_FIXED);
+        assert_non_null(pool);
+        assert_int_equal(cmalloc_pool_capacity(pool), capacity);
+        void **objects = calloc(capacity, sizeof *objects);
+        for (size_t i = 0; i < capacity; i++)
+            assert_non_null(objects[i] = cmalloc_pool_alloc(pool));
+        errno = 0;
+        assert_null(cmalloc_pool_alloc(pool));
+        assert_int_equal(errno, ENOMEM);
+        assert_int_equal(cmalloc_pool_in_use(pool), capacity);
+        assert_int_equal(cmalloc_pool_capacity(pool), capacity);
+        cmalloc_pool_free(pool, objects[capacity / 2]);
+        assert_ptr_equal(cmalloc_pool_alloc(pool), objects[capacity / 2]);
+        assert_null(cmalloc_pool_alloc(pool));
+        assert_true(cm_pool_valid(pool));
+        free(objects);
+        cmalloc_pool_destroy(pool);
+    }
+}
+
+static void grow_pool_keeps_addresses(void **state)
+{
+    (void)state;
+    enum { N = 600000 };
+    cmalloc_pool *pool = cmalloc_pool_create(24, 1000, CMALLOC_POOL_GROW);
+    assert_non_null(pool);
+    size_t first_capacity = cmalloc_pool_capacity(pool);
+    assert_true(first_capacity >= 1000);
+    uint64_t **objects = malloc(N * sizeof *objects);
+    for (size_t i = 0; i < N; i++) {
+        objects[i] = cmalloc_pool_alloc(pool);
+        assert_non_null(objects[i]);
+        objects[i][0] = i;                     /* its index, and its own address */
+        objects[i][1] = (uintptr_t)objects[i];
+        objects[i][2] = ~(uint64_t)i;
+    }
+    assert_true(cmalloc_pool_capacity(pool) >= N && cmalloc_pool_capacity(pool) > first_capacity);
+    assert_int_equal(cmalloc_pool_in_use(pool), N);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(objects[i][0], i);
+        assert_int_equal(objects[i][1], (uintptr_t)objects[i]);
+        assert_int_equal(objects[i][2], ~(uint64_t)i);
+    }
+    assert_true(cm_pool_valid(pool));
+    free(objects);
     cmalloc_pool_destroy(pool);
 }
 
-static void destroy_returns_the_memory(void **state)
+static uint64_t next_random(uint64_t *s)
 {
-    (void)state;
-    cmalloc_stats before, during, after;
-    cmalloc_stats_get(&before);
-    cmalloc_pool *pool = cmalloc_pool_create(1000, 0);
-    for (int i = 0; i < 10000; i++)
-        assert_non_null(cmalloc_pool_alloc(pool));
-    cmalloc_stats_get(&during);
-    assert_true(during.bytes_in_use >= before.bytes_in_use + 10000 * 1000);
-    cmalloc_pool_destroy(pool);
-    cmalloc_stats_get(&after);
-    assert_true(after.bytes_in_use + 10000 * 1000 <= during.bytes_in_use);
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
 }
 
-static void bad_arguments(void **state)
+static void random_against_model(void **state)
 {
     (void)state;
-    errno = 0;
-    assert_null(cmalloc_pool_create(0, 0));
-    assert_int_equal(errno, EINVAL);
-    errno = 0;
-    assert_null(cmalloc_pool_create(64, 0x80));
-    assert_int_equal(errno, EINVAL);
-    errno = 0;
-    assert_null(cmalloc_pool_create((size_t)1 << 40, 0));
-    assert_int_equal(errno, EINVAL);
+    const char *fixed = getenv("TEST_SEED");
+    uint64_t seed = fixed ? strtoull(fixed, NULL, 0) : (uint64_t)time(NULL);
+    printf("test_pool: random_against_model seed %llu (set TEST_SEED to repeat)\n",
+           (unsigned long long)seed);
+    uint64_t s = seed | 1;
+    enum { SLOTS = 4096, STEPS = 400000, SIZE = 48 };
+    static unsigned char *slots[SLOTS];
+    memset(slots, 0, sizeof slots);
+    size_t live = 0;
+    for (unsigned flags = 0; flags < 4; flags++) {
+        size_t capacity = flags & CMALLOC_POOL_GROW ? 100 : SLOTS;
+        cmalloc_pool *pool = cmalloc_pool_create(SIZE, capacity, flags);
+        assert_non_null(pool);
+        for (long step = 0; step < STEPS; step++) {
+            size_t i = next_random(&s) % SLOTS;
+            if (slots[i] == NULL) {
+                slots[i] = cmalloc_pool_alloc(pool);
+                assert_non_null(slots[i]);
+                memset(slots[i], (int)(i & 0xff), SIZE);
+                live++;
+            } else {
+                for (int k = 0; k < SIZE; k++)
+                    assert_int_equal(slots[i][k], i & 0xff);
+                cmalloc_pool_free(pool, slots[i]);
+                slots[i] = NULL;
+                live--;
+            }
+            assert_int_equal(cmalloc_pool_in_use(pool), live);
+            if (step % 50000 == 0)
+                assert_true(cm_pool_valid(pool));
+        }
+        assert_true(cm_pool_valid(pool));
+        cmalloc_pool_destroy(pool);
+        memset(slots, 0, sizeof slots);
+        live = 0;
+    }
 }
 
 enum { THREADS = 4, PER_THREAD = 20000 };
@@ -104,25 +229,163 @@ static void run_threads(void *(*body)(void *))
     }
 }
 
-static void thread_safe_pool_across_threads(void **state)
+static void thread_safe_pool_4_threads(void **state)
 {
     (void)state;
-    shared = cmalloc_pool_create(24, CMALLOC_POOL_THREAD_SAFE);
-    assert_non_null(shared);
-    for (int round = 0; round < 3; round++) {
-        run_threads(fill);
-        run_threads(drain_neighbour);
+    for (unsigned flags = CMALLOC_POOL_THREAD_SAFE; flags <= (CMALLOC_POOL_THREAD_SAFE | CMALLOC_POOL_GROW); flags++) {
+        shared = cmalloc_pool_create(24, THREADS * PER_THREAD, flags);
+        assert_non_null(shared);
+        for (int round = 0; round < 3; round++) {
+            run_threads(fill);
+            assert_int_equal(cmalloc_pool_in_use(shared), THREADS * PER_THREAD);
+            run_threads(drain_neighbour);
+            assert_int_equal(cmalloc_pool_in_use(shared), 0);
+            assert_true(cm_pool_valid(shared));
+        }
+        cmalloc_pool_destroy(shared);
     }
-    cmalloc_pool_destroy(shared);
+}
+
+static size_t resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
+    fclose(f);
+    return resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static void memory_in_stats_and_released(void **state)
+{
+    (void)state;
+    const size_t MiB = (size_t)1 << 20, bytes = 64 * MiB, count = bytes / 1024;
+    cmalloc_stats before, during, after;
+    cmalloc_stats_get(&before);
+    cmalloc_pool *pool = cmalloc_pool_create(1024, count, CMALLOC_POOL_FIXED);
+    assert_non_null(pool);
+    for (size_t i = 0; i < count; i++)
+        memset(cmalloc_pool_alloc(pool), 1, 1024);
+    size_t resident_during = resident_bytes();
+    cmalloc_stats_get(&during);
+    assert_true(during.bytes_in_use >= before.bytes_in_use + bytes);
+    cmalloc_pool_destroy(pool);
+    cmalloc_stats_get(&after);
+    assert_true(after.bytes_in_use + bytes <= during.bytes_in_use);
+    assert_true(resident_bytes() + bytes * 3 / 4 <= resident_during);
+}
+
+static void bad_arguments(void **state)
+{
+    (void)state;
+    static const struct { size_t size, capacity; unsigned flags; int error; } cases[] = {
+        {0, 10, CMALLOC_POOL_GROW, EINVAL},
+        {0, 10, CMALLOC_POOL_FIXED, EINVAL},
+        {((size_t)1 << 30) + 1, 1, CMALLOC_POOL_FIXED, EINVAL},
+        {64, 10, 0x80, EINVAL},
+        {64, 10, CMALLOC_POOL_GROW | 4, EINVAL},
+        {64, 0, CMALLOC_POOL_FIXED, EINVAL},
+        {64, 0, CMALLOC_POOL_THREAD_SAFE, EINVAL},
+        {64, SIZE_MAX / 2, CMALLOC_POOL_FIXED, ENOMEM},
+        {64, SIZE_MAX, CMALLOC_POOL_GROW, ENOMEM},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        errno = 0;
+        assert_null(cmalloc_pool_create(cases[i].size, cases[i].capacity, cases[i].flags));
+        assert_int_equal(errno, cases[i].error);
+    }
+    cmalloc_pool *pool = cmalloc_pool_create(64, 0, CMALLOC_POOL_GROW);
+    assert_non_null(pool);
+    assert_int_equal(cmalloc_pool_capacity(pool), 0);
+    assert_int_equal(cmalloc_pool_in_use(pool), 0);
+    assert_non_null(cmalloc_pool_alloc(pool));
+    assert_true(cmalloc_pool_capacity(pool) >= 1);
+    cmalloc_pool_destroy(pool);
+}
+
+/* ---- death tests ---------------------------------------------------------------------------- */
+
+typedef struct misuse {
+    cmalloc_pool *pool;
+    void *object;
+    bool twice;          /* free it once first */
+    bool with_free;      /* free() rather than cmalloc_pool_free() */
+} misuse;
+
+static void misuse_body(void *arg)
+{
+    misuse *m = arg;
+    if (m->twice)
+        cmalloc_pool_free(m->pool, m->object);
+    if (m->with_free)
+        free(m->object);
+    else
+        cmalloc_pool_free(m->pool, m->object);
+}
+
+static void expect_report(misuse m, const char *format)
+{
+    char expected[256];
+    snprintf(expected, sizeof expected, format, m.object, (void *)m.pool);
+    expect_death(misuse_body, &m, expected);
+}
+
+static const char double_free[] = "cmalloc: cmalloc_pool_free(): double free %p; aborting\n";
+static const char not_ours[] = "cmalloc: cmalloc_pool_free(): %p is not an object of pool %p; aborting\n";
+
+static void death_double_free(void **state)
+{
+    (void)state;
+    for (unsigned flags = 0; flags < 4; flags++) {
+        cmalloc_pool *pool = cmalloc_pool_create(32, 100, flags);
+        void *object = cmalloc_pool_alloc(pool);
+        cmalloc_pool_alloc(pool);
+        expect_report((misuse){.pool = pool, .object = object, .twice = true}, double_free);
+        cmalloc_pool_destroy(pool);
+    }
+}
+
+static void death_foreign_pointers(void **state)
+{
+    (void)state;
+    cmalloc_pool *pool = cmalloc_pool_create(32, 100, CMALLOC_POOL_GROW);
+    cmalloc_pool *other = cmalloc_pool_create(32, 100, CMALLOC_POOL_GROW);
+    char *object = cmalloc_pool_alloc(pool);
+    int local;
+    void *heap = malloc(32);
+    expect_report((misuse){.pool = pool, .object = heap}, not_ours);
+    expect_report((misuse){.pool = pool, .object = &local}, not_ours);
+    expect_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(other)}, not_ours);
+    expect_report((misuse){.pool = pool, .object = object + 16}, not_ours);
+    expect_report((misuse){.pool = pool, .object = object - 64}, not_ours); /* the chunk header */
+    free(heap);
+    cmalloc_pool_destroy(other);
+    cmalloc_pool_destroy(pool);
+}
+
+static void death_free_of_a_pool_object(void **state)
+{
+    (void)state;
+    cmalloc_pool *pool = cmalloc_pool_create(32, 100, CMALLOC_POOL_FIXED);
+    expect_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(pool), .with_free = true},
+                  "cmalloc: free(): invalid pointer %p; aborting\n");
+    cmalloc_pool_destroy(pool);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(objects_are_aligned_distinct_and_reused),
-        cmocka_unit_test(destroy_returns_the_memory),
+        cmocka_unit_test(alignment_for_every_size),
+        cmocka_unit_test(objects_distinct_and_reused),
+        cmocka_unit_test(fixed_pool_fills_to_capacity),
+        cmocka_unit_test(grow_pool_keeps_addresses),
+        cmocka_unit_test(random_against_model),
+        cmocka_unit_test(thread_safe_pool_4_threads),
+        cmocka_unit_test(memory_in_stats_and_released),
         cmocka_unit_test(bad_arguments),
-        cmocka_unit_test(thread_safe_pool_across_threads),
+        cmocka_unit_test(death_double_free),
+        cmocka_unit_test(death_foreign_pointers),
+        cmocka_unit_test(death_free_of_a_pool_object),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,9 +33,10 @@
 
 #define DRAIN_AT 4096
 #define QUEUE_SLOTS 4096 /* a power of two */
+#define POOL_RESERVE 4096 /* orders a book's pool holds before it first grows */
 
 typedef struct pool_api {
-    cmalloc_pool *(*create)(size_t object_size, unsigned flags);
+    cmalloc_pool *(*create)(size_t object_size, size_t capacity, unsigned flags);
     void *(*alloc)(cmalloc_pool *pool);
     void (*release)(cmalloc_pool *pool, void *object);
     void (*destroy)(cmalloc_pool *pool);
@@ -45,7 +46,11 @@ static pool_api pool_fns;
 
 static int pool_lookup(void)
 {
-    pool_fns.create = (cmalloc_pool * (*)(size_t, unsigned)) dlsym(RTLD_DEFAULT, "cmalloc_pool_create");
+    /* cmalloc_pool_in_use came with the (size, capacity, flags) create: without it the loaded
+     * cmalloc has the older two-argument create, which must not be called with three. */
+    if (dlsym(RTLD_DEFAULT, "cmalloc_pool_in_use") == NULL)
+        return -1;
+    pool_fns.create = (cmalloc_pool * (*)(size_t, size_t, unsigned)) dlsym(RTLD_DEFAULT, "cmalloc_pool_create");
     pool_fns.alloc = (void *(*)(cmalloc_pool *))dlsym(RTLD_DEFAULT, "cmalloc_pool_alloc");
     pool_fns.release = (void (*)(cmalloc_pool *, void *))dlsym(RTLD_DEFAULT, "cmalloc_pool_free");
     pool_fns.destroy = (void (*)(cmalloc_pool *))dlsym(RTLD_DEFAULT, "cmalloc_pool_destroy");
@@ -263,8 +268,10 @@ int ob_replay(const ob_stream *stream, const ob_replay_options *options, ob_repl
         w->checksum = OB_CHECKSUM_INIT;
         w->trades_out = b == 0 ? trades_out : NULL;
         if (options->use_pool) {
-            w->pool = pool_fns.create(sizeof(ob_order),
-                                      options->pipeline ? CMALLOC_POOL_THREAD_SAFE : 0);
+            /* a growing pool: a book's resting orders have no fixed bound */
+            w->pool = pool_fns.create(sizeof(ob_order), POOL_RESERVE,
+                                      CMALLOC_POOL_GROW |
+                                          (options->pipeline ? CMALLOC_POOL_THREAD_SAFE : 0));
             if (!w->pool) {
                 perror("orderbook: cmalloc_pool_create");
                 return 2;

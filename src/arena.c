@@ -1,0 +1,234 @@
+/* arena.c - linear (bump) arenas with marks (cmalloc_arena_*): chunks from the page heap,
+ * allocation by moving a cursor, freeing by moving it back.
+ *
+ *   current chunk                         older chunks (prev), each full up to its `filled`
+ *   +--------+-------------------+------+      +--------+--------------+------+
+ *   | header | allocated ...     | free | ---> | header | allocated    | tail | ---> ...
+ *   +--------+-------------------+------+      +--------+--------------+------+
+ *            ^ data              ^cursor ^end           ^ data         ^ filled
+ *
+ * A mark is the cursor's address. Chunks are disjoint memory, so a mark names exactly one
+ * chunk and position, and a mark of another arena is in none of this arena's chunks: rewind
+ * finds the mark's chunk by walking back from the current one (the common case, a mark in the
+ * current chunk, is one comparison), gives back the chunks after it and moves the cursor.
+ * A mark above the cursor of its chunk is a rewind forward (or a mark taken before a reset).
+ * When the current chunk is full the arena takes a new one, twice as large as the last (at
+ * most GROW_MAX unless one request needs more). The largest chunk a rewind gives back is kept
+ * as a spare for the next growth, so a loop that rewinds across a chunk boundary does not
+ * churn the page heap; reset keeps the largest chunk of all, so a workload repeated between
+ * resets settles into a single chunk. Destroy gives every page back to the OS at once.
+ * No locks: an arena is used by one thread at a time.
+ *
+ * Invariants: data(current) <= cursor <= end == current + current->bytes;
+ *   for every older chunk c: data(c) <= c->filled <= c + c->bytes;
+ *   used == current->used_before + (cursor - data(current)).
+ */
+#include "internal.h"
+#include "cmalloc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define HEADER 64                             /* chunk header, keeps data 64-byte aligned */
+#define GROW_MAX ((size_t)64 << 20)
+
+typedef struct arena_chunk {
+    struct arena_chunk *prev;   /* the chunk filled before this one */
+    cm_span *span;              /* the page-heap span this chunk is */
+    size_t bytes;               /* whole chunk, header included */
+    char *filled;               /* the cursor when a newer chunk became current */
+    size_t used_before;         /* bytes handed out in older chunks when this one began */
+} arena_chunk;
+
+struct cmalloc_arena {
+    char *cursor;               /* next free byte of the current chunk */
+    char *end;                  /* end of the current chunk */
+    arena_chunk *current;       /* newest chunk; ->prev the older ones */
+    arena_chunk *spare;         /* given back by a rewind, kept for the next growth */
+};
+
+static char *data(arena_chunk *chunk)
+{
+    return (char *)chunk + HEADER;
+}
+
+static void *fail(int error)
+{
+    errno = error;
+    return NULL;
+}
+
+/* A chunk of at least bytes (rounded up to pages), or NULL. */
+static arena_chunk *chunk_new(size_t bytes)
+{
+    size_t pages = (bytes + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT;
+    cm_span *span = cm_page_heap_alloc(pages, 1, 0);
+    if (span == NULL && cm_page_heap_unmap_free() > 0)
+        span = cm_page_heap_alloc(pages, 1, 0);
+    if (span == NULL)
+        return NULL;
+    arena_chunk *chunk = cm_span_start(span);
+    *chunk = (arena_chunk){.span = span, .bytes = pages << CM_PAGE_SHIFT};
+    return chunk;
+}
+
+static void use(cmalloc_arena *arena, arena_chunk *chunk)
+{
+    arena->current = chunk;
+    arena->cursor = data(chunk);
+    arena->end = (char *)chunk + chunk->bytes;
+}
+
+CM_EXPORT cmalloc_arena *cmalloc_arena_create(size_t initial_bytes)
+{
+    if (initial_bytes == 0)
+        return fail(EINVAL);
+    if (initial_bytes > PTRDIFF_MAX / 2)
+        return fail(ENOMEM);
+    if (CM_UNLIKELY(!cm_is_initialized()))
+        cm_init();
+    cmalloc_arena *arena = cm_alloc(sizeof *arena);
+    arena_chunk *chunk = arena ? chunk_new(initial_bytes + HEADER) : NULL;
+    if (chunk == NULL) {
+        cm_free(arena);
+        return fail(ENOMEM);
+    }
+    *arena = (cmalloc_arena){.spare = NULL};
+    use(arena, chunk);
+    return arena;
+}
+
+static CM_NOINLINE void *alloc_slow(cmalloc_arena *arena, size_t size, size_t align)
+{
+    if (size > PTRDIFF_MAX / 2 || align > PTRDIFF_MAX / 4)
+        return fail(ENOMEM);
+    size_t need = HEADER + align - 1 + size;
+    size_t grown = arena->current->bytes < GROW_MAX ? arena->current->bytes * 2 : GROW_MAX;
+    arena_chunk *chunk = arena->spare;
+    if (chunk != NULL && chunk->bytes >= need) {
+        arena->spare = NULL;
+    } else if ((chunk = chunk_new(need > grown ? need : grown)) == NULL) {
+        return fail(ENOMEM);
+    }
+    arena_chunk *old = arena->current;
+    old->filled = arena->cursor;
+    chunk->prev = old;
+    chunk->used_before = old->used_before + (size_t)(arena->cursor - data(old));
+    use(arena, chunk);
+    char *p = (char *)(((uintptr_t)arena->cursor + align - 1) & ~(uintptr_t)(align - 1));
+    arena->cursor = p + size;
+    return p;
+}
+
+CM_EXPORT void *cmalloc_arena_alloc(cmalloc_arena *arena, size_t size, size_t align)
+{
+    if (CM_UNLIKELY(size == 0 || align == 0 || (align & (align - 1))))
+        return fail(EINVAL);
+    uintptr_t p = ((uintptr_t)arena->cursor + align - 1) & ~(uintptr_t)(align - 1);
+    if (CM_LIKELY(p <= (uintptr_t)arena->end && size <= (uintptr_t)arena->end - p)) {
+        arena->cursor = (char *)p + size;
+        return (void *)p;
+    }
+    return alloc_slow(arena, size, align);
+}
+
+CM_EXPORT size_t cmalloc_arena_mark(const cmalloc_arena *arena)
+{
+    return (size_t)(uintptr_t)arena->cursor;
+}
+
+CM_EXPORT size_t cmalloc_arena_used(const cmalloc_arena *arena)
+{
+    return arena->current->used_before + (size_t)(arena->cursor - data(arena->current));
+}
+
+/* Gives a chunk back: the largest so far is kept as the spare, the other goes to the page
+ * heap (not to the OS: rewinds are frequent, the page heap releases by age). */
+static void give_back(cmalloc_arena *arena, arena_chunk *chunk)
+{
+    if (arena->spare != NULL && arena->spare->bytes >= chunk->bytes) {
+        cm_page_heap_free(chunk->span);
+        return;
+    }
+    if (arena->spare != NULL)
+        cm_page_heap_free(arena->spare->span);
+    arena->spare = chunk;
+}
+
+static CM_COLD __attribute__((noreturn)) void report_mark(const cmalloc_arena *arena, size_t mark,
+                                                          bool ahead)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: cmalloc_arena_rewind(): mark ");
+    cm_message_hex(&m, mark);
+    if (ahead) {
+        cm_message_str(&m, " is ahead of the arena's position ");
+        cm_message_hex(&m, (uintptr_t)arena->cursor);
+        cm_message_str(&m, " (a rewind forward, or a mark from before a reset)");
+    } else {
+        cm_message_str(&m, " is not a position of arena ");
+        cm_message_hex(&m, (uintptr_t)arena);
+        cm_message_str(&m, " (another arena's mark, or one freed by a rewind or reset)");
+    }
+    cm_message_str(&m, "; aborting\n");
+    cm_message_write(&m, 2);
+    abort();
+}
+
+CM_EXPORT void cmalloc_arena_rewind(cmalloc_arena *arena, size_t mark)
+{
+    char *to = (char *)(uintptr_t)mark;
+    arena_chunk *chunk = arena->current;
+    if (CM_LIKELY(to >= data(chunk) && to <= arena->cursor)) {
+        arena->cursor = to;
+        return;
+    }
+    if (to > arena->cursor && to <= arena->end)
+        report_mark(arena, mark, true);
+    do
+        chunk = chunk->prev;
+    while (chunk != NULL && !(to >= data(chunk) && to <= (char *)chunk + chunk->bytes));
+    if (chunk == NULL)
+        report_mark(arena, mark, false);
+    if (to > chunk->filled)
+        report_mark(arena, mark, true);
+    while (arena->current != chunk) {
+        arena_chunk *newer = arena->current;
+        arena->current = newer->prev;
+        give_back(arena, newer);
+    }
+    use(arena, chunk);
+    arena->cursor = to;
+}
+
+CM_EXPORT void cmalloc_arena_reset(cmalloc_arena *arena)
+{
+    arena_chunk *keep = arena->spare;
+    for (arena_chunk *chunk = arena->current; chunk != NULL; chunk = chunk->prev)
+        if (keep == NULL || chunk->bytes > keep->bytes)
+            keep = chunk;
+    for (arena_chunk *chunk = arena->current, *prev; chunk != NULL; chunk = prev) {
+        prev = chunk->prev;
+        if (chunk != keep)
+            cm_page_heap_free(chunk->span);
+    }
+    if (arena->spare != NULL && arena->spare != keep)
+        cm_page_heap_free(arena->spare->span);
+    arena->spare = NULL;
+    keep->prev = NULL;
+    keep->used_before = 0;
+    use(arena, keep);
+}
+
+CM_EXPORT void cmalloc_arena_destroy(cmalloc_arena *arena)
+{
+    if (arena == NULL)
+        return;
+    if (arena->spare != NULL)
+        cm_page_heap_free_released(arena->spare->span);
+    for (arena_chunk *chunk = arena->current, *prev; chunk != NULL; chunk = prev) {
+        prev = chunk->prev;
+        cm_page_heap_free_released(chunk->span);
+    }
+    cm_free(arena);
+}
