@@ -1,0 +1,289 @@
+/* test_arena.c - linear arenas (cmalloc_arena_*), black box.
+ *
+ *   alignment_every_power_of_two  alignments 1..65536 (every power of two) between odd sizes:
+ *                                 each pointer aligned, no two allocations overlap
+ *   nested_marks_and_rewinds      three nested marks: each rewind frees exactly what came after
+ *                                 its mark (the next allocation reuses the address), used()
+ *                                 follows, earlier data is intact
+ *   growth_past_the_first_chunk   a 4 KiB arena given 3 MiB in small pieces and one 8 MiB block:
+ *                                 contents intact; a rewind across chunks and back up again
+ *   reset_reuses_one_chunk        repeated fill + reset cycles settle into one chunk: the same
+ *                                 first address every cycle, bytes_in_use flat, from the third
+ *   memory_in_stats_and_released  a 64 MiB arena counts in bytes_in_use; destroy takes it out of
+ *                                 bytes_in_use and RSS at once
+ *   bad_arguments                 EINVAL: create(0), size 0, alignment 0, 3, 48; the arena is
+ *                                 unchanged after each
+ *   death_*                       rewinding forward, to another arena's mark, to a mark freed by
+ *                                 a rewind, to a mark from before a reset: SIGABRT, exact message
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmalloc.h"
+#include "death_test.h"
+
+static void alignment_every_power_of_two(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(1000);
+    assert_non_null(arena);
+    enum { ROUNDS = 4, ALIGNS = 17 };
+    static unsigned char *blocks[ROUNDS][ALIGNS];
+    for (int r = 0; r < ROUNDS; r++)
+        for (int a = 0; a < ALIGNS; a++) {
+            size_t align = (size_t)1 << a, size = 1 + 37 * (size_t)(a + r);
+            blocks[r][a] = cmalloc_arena_alloc(arena, size, align);
+            assert_non_null(blocks[r][a]);
+            assert_int_equal((uintptr_t)blocks[r][a] % align, 0);
+            memset(blocks[r][a], r * ALIGNS + a, size);
+        }
+    for (int r = 0; r < ROUNDS; r++)
+        for (int a = 0; a < ALIGNS; a++)
+            for (size_t k = 0; k < 1 + 37 * (size_t)(a + r); k++)
+                assert_int_equal(blocks[r][a][k], r * ALIGNS + a);
+    cmalloc_arena_destroy(arena);
+}
+
+static void nested_marks_and_rewinds(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(1 << 16);
+    char *base = cmalloc_arena_alloc(arena, 100, 16);
+    memset(base, 'b', 100);
+    size_t used0 = cmalloc_arena_used(arena);
+    assert_int_equal(used0, 100);
+    size_t m1 = cmalloc_arena_mark(arena);
+    char *a = cmalloc_arena_alloc(arena, 200, 16);
+    size_t m2 = cmalloc_arena_mark(arena);
+    char *b = cmalloc_arena_alloc(arena, 300, 16);
+    size_t m3 = cmalloc_arena_mark(arena);
+    char *c = cmalloc_arena_alloc(arena, 400, 16);
+    assert_true(a < b && b < c);
+    cmalloc_arena_rewind(arena, m3);
+    assert_ptr_equal(cmalloc_arena_alloc(arena, 400, 16), c);
+    cmalloc_arena_rewind(arena, m2);
+    assert_ptr_equal(cmalloc_arena_alloc(arena, 300, 16), b);
+    cmalloc_arena_rewind(arena, m2); /* twice to the same mark is fine */
+    cmalloc_arena_rewind(arena, m1);
+    assert_int_equal(cmalloc_arena_used(arena), used0);
+    assert_ptr_equal(cmalloc_arena_alloc(arena, 200, 16), a);
+    cmalloc_arena_rewind(arena, m1);
+    cmalloc_arena_rewind(arena, m1);
+    for (int k = 0; k < 100; k++)
+        assert_int_equal(base[k], 'b');
+    cmalloc_arena_destroy(arena);
+}
+
+static void growth_past_the_first_chunk(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(4096);
+    enum { N = 30000, SIZE = 100 };
+    static unsigned char *pieces[N];
+    size_t half = 0;
+    for (int i = 0; i < N; i++) {
+        if (i == N / 2)
+            half = cmalloc_arena_mark(arena);
+        pieces[i] = cmalloc_arena_alloc(arena, SIZE, 16);
+        assert_non_null(pieces[i]);
+        memset(pieces[i], i & 0xff, SIZE);
+    }
+    unsigned char *big = cmalloc_arena_alloc(arena, (size_t)8 << 20, 4096);
+    assert_non_null(big);
+    memset(big, 0x5a, (size_t)8 << 20);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < SIZE; k++)
+            assert_int_equal(pieces[i][k], i & 0xff);
+    assert_true(cmalloc_arena_used(arena) >= (size_t)N * SIZE + ((size_t)8 << 20));
+    cmalloc_arena_rewind(arena, half); /* across chunks */
+    assert_ptr_equal(cmalloc_arena_alloc(arena, SIZE, 16), pieces[N / 2]);
+    for (int i = N / 2 + 1; i < N; i++) /* and up again through the chunks it gave back */
+        memset(pieces[i] = cmalloc_arena_alloc(arena, SIZE, 16), 0x77, SIZE);
+    for (int i = 0; i < N / 2; i++)
+        assert_int_equal(pieces[i][SIZE - 1], i & 0xff);
+    cmalloc_arena_destroy(arena);
+}
+
+static void reset_reuses_one_chunk(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(8192);
+    void *first = NULL;
+    size_t in_use_after_first = 0;
+    for (int cycle = 0; cycle < 20; cycle++) {
+        void *p = cmalloc_arena_alloc(arena, 64, 16);
+        for (int i = 0; i < 20000; i++)
+            memset(cmalloc_arena_alloc(arena, 64, 16), cycle, 64);
+        cmalloc_arena_reset(arena);
+        assert_int_equal(cmalloc_arena_used(arena), 0);
+        cmalloc_stats s;
+        cmalloc_stats_get(&s);
+        if (cycle == 2) { /* the kept chunk doubled once more in cycle 1: from then on it fits */
+            first = p;
+            in_use_after_first = s.bytes_in_use;
+        } else if (cycle > 2) {
+            assert_ptr_equal(p, first); /* everything fits in the one chunk kept */
+            assert_true(s.bytes_in_use <= in_use_after_first);
+        }
+    }
+    cmalloc_arena_destroy(arena);
+    cmalloc_arena_destroy(NULL);
+}
+
+static size_t resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
+    fclose(f);
+    return resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static void memory_in_stats_and_released(void **state)
+{
+    (void)state;
+    const size_t bytes = (size_t)64 << 20;
+    cmalloc_stats before, during, after;
+    cmalloc_stats_get(&before);
+    cmalloc_arena *arena = cmalloc_arena_create(1 << 20);
+    for (size_t done = 0; done < bytes; done += 4096)
+        memset(cmalloc_arena_alloc(arena, 4096, 64), 1, 4096);
+    size_t resident_during = resident_bytes();
+    cmalloc_stats_get(&during);
+    assert_true(during.bytes_in_use >= before.bytes_in_use + bytes);
+    cmalloc_arena_destroy(arena);
+    cmalloc_stats_get(&after);
+    assert_true(after.bytes_in_use + bytes <= during.bytes_in_use);
+    assert_true(resident_bytes() + bytes * 3 / 4 <= resident_during);
+}
+
+static void bad_arguments(void **state)
+{
+    (void)state;
+    errno = 0;
+    assert_null(cmalloc_arena_create(0));
+    assert_int_equal(errno, EINVAL);
+    cmalloc_arena *arena = cmalloc_arena_create(100);
+    size_t mark = cmalloc_arena_mark(arena);
+    static const struct { size_t size, align; } cases[] = {{0, 16}, {0, 1}, {16, 0}, {16, 3}, {16, 48},
+                                                           {16, SIZE_MAX}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        errno = 0;
+        assert_null(cmalloc_arena_alloc(arena, cases[i].size, cases[i].align));
+        assert_int_equal(errno, EINVAL);
+        assert_int_equal(cmalloc_arena_mark(arena), mark);
+    }
+    errno = 0;
+    assert_null(cmalloc_arena_alloc(arena, SIZE_MAX - 64, 16));
+    assert_int_equal(errno, ENOMEM);
+    assert_int_equal(cmalloc_arena_mark(arena), mark);
+    cmalloc_arena_destroy(arena);
+}
+
+/* ---- death tests ---------------------------------------------------------------------------- */
+
+typedef struct bad_rewind {
+    cmalloc_arena *arena;
+    size_t mark;
+} bad_rewind;
+
+static void rewind_body(void *arg)
+{
+    bad_rewind *r = arg;
+    cmalloc_arena_rewind(r->arena, r->mark);
+}
+
+static void expect_ahead(cmalloc_arena *arena, size_t mark)
+{
+    char expected[256];
+    snprintf(expected, sizeof expected, "cmalloc: cmalloc_arena_rewind(): mark %p is ahead of the "
+             "arena's position %p (a rewind forward, or a mark from before a reset); aborting\n",
+             (void *)mark, (void *)(uintptr_t)cmalloc_arena_mark(arena));
+    expect_death(rewind_body, &(bad_rewind){arena, mark}, expected);
+}
+
+static void expect_not_a_position(cmalloc_arena *arena, size_t mark)
+{
+    char expected[256];
+    snprintf(expected, sizeof expected, "cmalloc: cmalloc_arena_rewind(): mark %p is not a "
+             "position of arena %p (another arena's mark, or one freed by a rewind or reset); "
+             "aborting\n", (void *)mark, (void *)arena);
+    expect_death(rewind_body, &(bad_rewind){arena, mark}, expected);
+}
+
+static void death_rewind_forward(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(1 << 16);
+    size_t early = cmalloc_arena_mark(arena);
+    cmalloc_arena_alloc(arena, 100, 16);
+    size_t late = cmalloc_arena_mark(arena);
+    cmalloc_arena_rewind(arena, early);
+    expect_ahead(arena, late);
+    /* A mark in an older chunk, above where that chunk was filled: the first chunk is 72 KiB
+     * (64 KiB + its header, in whole pages) and takes 17 blocks of 4096, up to 69,760 bytes
+     * from its start; late is 164 bytes from its start. */
+    for (int i = 0; i < 30; i++)
+        cmalloc_arena_alloc(arena, 4096, 16);
+    expect_ahead(arena, late + 72000);
+    cmalloc_arena_destroy(arena);
+}
+
+static void death_rewind_other_arena(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(1 << 16), *other = cmalloc_arena_create(1 << 16);
+    cmalloc_arena_alloc(other, 100, 16);
+    expect_not_a_position(arena, cmalloc_arena_mark(other));
+    int local;
+    expect_not_a_position(arena, (size_t)(uintptr_t)&local);
+    expect_not_a_position(arena, 12345);
+    cmalloc_arena_destroy(other);
+    cmalloc_arena_destroy(arena);
+}
+
+static void death_rewind_stale(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(4096);
+    size_t start = cmalloc_arena_mark(arena);
+    for (int i = 0; i < 100; i++) /* into a second chunk */
+        cmalloc_arena_alloc(arena, 100, 16);
+    size_t in_second = cmalloc_arena_mark(arena);
+    cmalloc_arena_rewind(arena, start);
+    expect_not_a_position(arena, in_second);
+    cmalloc_arena_alloc(arena, 1000, 16);
+    size_t in_first = cmalloc_arena_mark(arena);
+    cmalloc_arena_reset(arena); /* keeps the larger second chunk: the first one is gone */
+    expect_not_a_position(arena, in_first);
+    cmalloc_arena_alloc(arena, 1000, 16);
+    size_t before_reset = cmalloc_arena_mark(arena);
+    cmalloc_arena_reset(arena); /* keeps the same chunk: the mark is now ahead */
+    expect_ahead(arena, before_reset);
+    cmalloc_arena_destroy(arena);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(alignment_every_power_of_two),
+        cmocka_unit_test(nested_marks_and_rewinds),
+        cmocka_unit_test(growth_past_the_first_chunk),
+        cmocka_unit_test(reset_reuses_one_chunk),
+        cmocka_unit_test(memory_in_stats_and_released),
+        cmocka_unit_test(bad_arguments),
+        cmocka_unit_test(death_rewind_forward),
+        cmocka_unit_test(death_rewind_other_arena),
+        cmocka_unit_test(death_rewind_stale),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
