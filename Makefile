@@ -84,10 +84,26 @@ build/obj build/tests:
 build/tests/%: tests/%.c $(LIB_A) | build/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(LIB_A) -lcmocka -lpthread
 
+# C++ tests (tests/test_*.cc): the header-only front ends compiled as strictly as users would.
+CXX ?= c++
+CXX_TEST_FLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -pthread -Iinclude
+TEST_BINS += $(patsubst tests/%.cc,build/tests/%,$(wildcard tests/test_*.cc))
+
+build/tests/%: tests/%.cc include/cmalloc.hpp $(LIB_A) | build/tests
+	$(CXX) $(CXX_TEST_FLAGS) $< -o $@ $(LIB_A) -lcmocka -lpthread
+
 # The fragments come before `test`, whose prerequisites are expanded when it is read: the
 # binaries they add to TEST_BINS / BENCH_BINS must be known by then.
 .DEFAULT_GOAL := all
 include $(wildcard bench/*.mk bench/*/*.mk tests/*.mk)
+
+# The C++ tests under the UBSan build of the library too (make sanitize-ubsan).
+build/ubsan/tests/%: tests/%.cc include/cmalloc.hpp build/ubsan/libcmalloc.a | build/ubsan/tests
+	$(CXX) $(CXX_TEST_FLAGS) -c $< -o $@.o
+	$(CXX) $(UBSAN_FLAGS) -pthread $@.o -o $@ build/ubsan/libcmalloc.a -lcmocka -lpthread
+UBSAN_CXX_TESTS := $(patsubst tests/%.cc,build/ubsan/tests/%,$(wildcard tests/test_*.cc))
+UBSAN_TESTS += $(UBSAN_CXX_TESTS)
+sanitize-ubsan: $(UBSAN_CXX_TESTS)
 
 test: all $(TEST_BINS) $(BENCH_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done; \
