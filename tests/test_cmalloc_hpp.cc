@@ -25,11 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "cmalloc.hpp" // before cmocka.h, whose fail() macro breaks <ios>
+
 extern "C" { // this cmocka.h declares its functions with C linkage only for C
 #include <cmocka.h>
 }
 
-#include "cmalloc.hpp"
 
 namespace {
 
