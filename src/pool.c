@@ -2,84 +2,135 @@
  * heap, allocated and freed one at a time in O(1), all freed at once by cmalloc_pool_destroy.
  *
  *   chunk: chunk_bytes, a power of two, aligned to itself: one LARGE span of the page heap
- *   +-------------------------------+---------------------+----------+-----+--------+------+
- *   | span, pool, check word, next  | live bits, 1 / 16 B | object 0 | ... | obj n-1| tail |
- *   +-------------------------------+---------------------+----------+-----+--------+------+
- *   ^ object & chunk_mask                                 ^ first_offset (a multiple of 64)
+ *   +-------------------------------+----------------+--------------+----------+-----+------+
+ *   | span, pool, check word, lists | summary words  | free words   | object 0 | ... | tail |
+ *   +-------------------------------+----------------+--------------+----------+-----+------+
+ *   ^ object & chunk_mask            bit w: free     bit i: object   ^ first_offset
+ *                                    word w may be   i is free         (a multiple of 64)
+ *                                    non-zero
  *
- * An allocation pops the free list of returned objects, or takes the next never-used object
- * at the bump pointer, or (slow path) moves the bump range to the next chunk: a reserved one,
- * or for a GROW pool a new one from the page heap. Objects never move.
- * A free finds the chunk header by masking the address, and trusts it only after the pagemap
- * says a LARGE span starts there and the header names this pool (check word: address ^ pool ^
- * the process's random key), so a foreign pointer is never dereferenced blindly. The object's
- * live bit (one bit per 16-byte granule of the chunk, set at alloc, cleared at free) tells a
- * double free in O(1). Free-list links are encoded like the allocator's own (cm_link_set).
- * THREAD_SAFE: allocations take the pool's lock; frees are lock-free (an atomic clear of the
- * live bit, then a push onto remote_free, a stack that an allocation takes whole when its own
- * list runs dry: no ABA, since nothing pops it one by one). in_use and the live bits are then
- * updated atomically. Without the flag one thread at a time uses the pool, and nothing is atomic.
+ * Free objects are bits, not a linked list: a free sets the object's bit (and its word's
+ * summary bit), an allocation clears the lowest set bit of the word it is working on. So a
+ * free never writes to the object, a double free is a bit already set, and allocation walks
+ * a chunk in address order however the objects were freed: a pool whose objects were freed at
+ * random hands them out again sequentially, without chasing cold pointers. The word being
+ * worked on is cached in the pool (word, word_base): the fast path is a load, a test, a
+ * count-trailing-zeros, a store and a multiply-add. When the word runs dry, the slow path scans
+ * the chunk's summary words (at most 16) for the next word, then takes a chunk from the partial
+ * stack (chunks that got frees while not current; the reserved chunks start there) or, for a
+ * GROW pool, a new chunk from the page heap. Summary bits may be stale-set (the allocator
+ * clears them lazily when it finds the word empty), never stale-clear.
+ * A free finds the chunk by masking the address and its index by an exact division (multiply
+ * by the inverse of the stride's odd part, rotate by its power of two: an index below
+ * per_chunk iff the offset is a multiple of the stride inside the objects). The header is
+ * trusted once the pagemap says a LARGE span starts there and the header names this pool
+ * (check word: address ^ pool ^ the process's random key): a foreign pointer is never
+ * dereferenced blindly. Verified chunks are remembered (KNOWN_SLOTS, direct-mapped by address),
+ * so most frees skip the pagemap: random-order frees over a few chunks otherwise pay a pagemap
+ * and span miss each (measured: 3x slower over 16 chunks).
+ * THREAD_SAFE: allocations take the pool's lock; frees take none: the bits are set with atomic
+ * read-modify-writes (the one that finds the bit set reports the double free), and a chunk is
+ * pushed onto the partial stack lock-free (only lock holders pop, so no ABA). When the
+ * allocator leaves a chunk it re-reads the chunk's summary after publishing the new current
+ * chunk, and a free reads `current` after setting its bits (both sequentially consistent), so
+ * a chunk with free objects is always current, listed, or about to be listed by one of them.
+ * Without the flag one thread at a time uses the pool and nothing is atomic.
  * Lock order: a pool's lock is taken before the page heap's (chunk allocation).
  *
  * Invariants (cm_pool_valid checks them, with the pool quiescent):
- *   capacity == in_use + |free_objects| + |remote_free| + (limit - bump) / stride + uncarved
- *   in_use   == live bits set, over all chunks;  every listed object's live bit is clear
+ *   capacity == in_use + free bits set, over all chunks
+ *   summary bit w clear  =>  free word w == 0;   bits past a chunk's objects are clear
  */
 #include "internal.h"
 #include "cmalloc.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <string.h>
 
-#define GRANULE_SHIFT 4                          /* live bits: one per 16 bytes of a chunk */
 #define MAX_OBJECT ((size_t)1 << 30)
 #define CHUNK_MIN_FIXED CM_PAGE_SIZE             /* a small FIXED pool takes one page */
 #define CHUNK_MIN_GROW ((size_t)64 << 10)        /* growth steps of a GROW pool at least */
 #define CHUNK_MAX ((size_t)1 << 20)              /* unless one object needs more */
+/* `shared` must fold to a constant in each copy of the paths that take it */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define KNOWN_SLOTS 64                           /* verified chunks remembered per pool */
+#define NOT_CHUNK ((pool_chunk *)1)           /* an empty known slot: no chunk, no NULL */
 #define CHECK_TAG ((uintptr_t)0x706f6f6c63686b31u)  /* "poolchk1" */
 
 typedef struct pool_chunk {
     cm_span *span;                 /* the page-heap span this chunk is */
     const cmalloc_pool *pool;      /* owner */
     uintptr_t check;               /* chunk ^ pool ^ cm_list_key ^ CHECK_TAG */
-    struct pool_chunk *next;       /* carved chunks, or the reserve */
-    uint64_t live[];               /* bit g: an allocated object starts at granule g */
+    struct pool_chunk *next;       /* every chunk of the pool, for destroy */
+    struct pool_chunk *next_partial; /* on the partial stack */
+    uint32_t objects;              /* object slots in use by the pool: <= per_chunk */
+    uint32_t listed;               /* on the partial stack (atomic when THREAD_SAFE) */
+    uint64_t bits[];               /* summary_words summary words, then the free words */
 } pool_chunk;
 
 struct cmalloc_pool {
     /* hot: every alloc and free */
-    void *free_objects;            /* freed objects, links encoded (cm_link_set) */
-    char *bump, *limit;            /* never-used objects of the chunk being carved */
+    uint64_t *word;                /* the free word being allocated from; no_objects if none */
+    char *word_base;               /* the object of that word's bit 0 */
+    size_t stride;                 /* object size rounded up to its alignment */
     size_t in_use;                 /* atomic (__atomic_*) when THREAD_SAFE */
     uintptr_t chunk_mask;          /* ~(chunk_bytes - 1) */
-    size_t stride;                 /* object size rounded up to its alignment */
-    uint64_t stride_magic;         /* UINT64_MAX / stride + 1: divisibility test, as cm_classes */
-    size_t first_offset;           /* objects lie in [first_offset, end_offset) of a chunk */
-    size_t end_offset;
+    size_t first_offset;           /* object 0 of a chunk */
+    uint64_t stride_inverse;       /* inverse of stride's odd part, modulo 2^64 */
+    unsigned stride_shift;         /* stride's power of two */
+    unsigned chunk_shift;          /* log2(chunk_bytes) */
     unsigned flags;
-    /* THREAD_SAFE */
-    void *_Atomic remote_free;     /* freed since the last take: a stack, links encoded */
-    cm_lock lock;                  /* guards every field but remote_free and the live bits */
+    pool_chunk *current;           /* allocated from; read by THREAD_SAFE frees */
+    pool_chunk *known[KNOWN_SLOTS]; /* chunks verified as this pool's, by address bits */
+    pool_chunk *partial;           /* chunks with free objects that are not current */
+    cm_lock lock;                  /* THREAD_SAFE: taken by alloc (and create, destroy) */
     /* cold */
-    pool_chunk *chunks;            /* carved from, newest first */
-    pool_chunk *reserve;           /* taken at create, not carved yet */
+    pool_chunk *chunks;            /* all of them */
     size_t chunk_bytes;
-    size_t per_chunk;              /* objects in one chunk */
-    size_t object_size;            /* as asked for */
-    size_t capacity;               /* FIXED: the limit; GROW: objects of every chunk */
-    size_t uncarved;               /* objects of the capacity not yet in a bump range */
+    size_t per_chunk;              /* object slots in one chunk */
+    size_t summary_words, free_words;
+    size_t capacity;               /* FIXED: the limit; GROW: object slots of every chunk */
 };
+
+static uint64_t no_objects; /* what pool->word points at before the first chunk: always 0 */
+
+/* ---- operations that are atomic only in THREAD_SAFE pools: `shared` is a constant at each
+ * call site, so each inlined copy has one kind or the other. */
+static ALWAYS_INLINE uint64_t load(const uint64_t *p, bool shared)
+{
+    return shared ? __atomic_load_n(p, __ATOMIC_SEQ_CST) : *p;
+}
+static ALWAYS_INLINE uint64_t fetch_or(uint64_t *p, uint64_t bits, bool shared)
+{
+    uint64_t old = shared ? __atomic_fetch_or(p, bits, __ATOMIC_SEQ_CST) : *p;
+    if (!shared)
+        *p = old | bits;
+    return old;
+}
+static ALWAYS_INLINE void clear_bits(uint64_t *p, uint64_t bits, bool shared)
+{
+    if (shared)
+        __atomic_fetch_and(p, ~bits, __ATOMIC_SEQ_CST);
+    else
+        *p &= ~bits;
+}
+static ALWAYS_INLINE void count(size_t *counter, long delta, bool shared)
+{
+    if (shared)
+        __atomic_fetch_add(counter, (size_t)delta, __ATOMIC_RELAXED);
+    else
+        *counter += (size_t)delta;
+}
 
 static uintptr_t check_word(const pool_chunk *chunk, const cmalloc_pool *pool)
 {
     return (uintptr_t)chunk ^ (uintptr_t)pool ^ cm_list_key ^ CHECK_TAG;
 }
 
-static size_t header_bytes(size_t chunk_bytes)
+static uint64_t *summary_of(pool_chunk *chunk) { return chunk->bits; }
+static uint64_t *free_words_of(const cmalloc_pool *pool, pool_chunk *chunk)
 {
-    size_t bits = (chunk_bytes >> GRANULE_SHIFT) / 8;
-    return (sizeof(pool_chunk) + bits + 63) & ~(size_t)63;
+    return chunk->bits + pool->summary_words;
 }
 
 static void *fail(int error)
@@ -88,9 +139,21 @@ static void *fail(int error)
     return NULL;
 }
 
-/* A fresh chunk with every live bit clear, or NULL. Page-heap memory may be reused: the
+/* Sets the free bits (and summary bits) of objects [0, objects). */
+static void mark_free(const cmalloc_pool *pool, pool_chunk *chunk, size_t objects)
+{
+    uint64_t *summary = summary_of(chunk), *words = free_words_of(pool, chunk);
+    memset(chunk->bits, 0, (pool->summary_words + pool->free_words) * sizeof(uint64_t));
+    for (size_t w = 0; w * 64 < objects; w++) {
+        words[w] = objects - w * 64 >= 64 ? UINT64_MAX : ((uint64_t)1 << (objects - w * 64)) - 1;
+        summary[w / 64] |= (uint64_t)1 << (w % 64);
+    }
+    chunk->objects = (uint32_t)objects;
+}
+
+/* A fresh chunk of `objects` free objects, or NULL. Page-heap memory may be reused: the
  * header is written whole. */
-static pool_chunk *chunk_new(cmalloc_pool *pool)
+static pool_chunk *chunk_new(cmalloc_pool *pool, size_t objects)
 {
     size_t pages = pool->chunk_bytes >> CM_PAGE_SHIFT;
     cm_span *span = cm_page_heap_alloc(pages, pages, 0);
@@ -99,11 +162,10 @@ static pool_chunk *chunk_new(cmalloc_pool *pool)
     if (span == NULL)
         return NULL;
     pool_chunk *chunk = cm_span_start(span);
-    chunk->span = span;
-    chunk->pool = pool;
-    chunk->check = check_word(chunk, pool);
-    chunk->next = NULL;
-    memset(chunk->live, 0, pool->first_offset - sizeof *chunk);
+    *chunk = (pool_chunk){.span = span, .pool = pool, .check = check_word(chunk, pool),
+                          .next = pool->chunks};
+    mark_free(pool, chunk, objects);
+    pool->chunks = chunk;
     return chunk;
 }
 
@@ -116,24 +178,30 @@ static void chunks_free(pool_chunk *chunk)
 }
 
 /* Chooses the layout: the smallest power-of-two chunk that holds capacity objects, at least
- * CHUNK_MIN_* and at most CHUNK_MAX, but always at least one object. */
-static void layout(cmalloc_pool *pool, size_t capacity)
+ * CHUNK_MIN_* and at most CHUNK_MAX, but always at least one object; the bitmaps are sized
+ * for chunk_bytes / stride objects, a little more than fit beside them. */
+static void layout(cmalloc_pool *pool, size_t object_size, size_t capacity)
 {
-    size_t low = pool->object_size & -pool->object_size;
+    size_t low = object_size & -object_size;
     size_t align = low < CM_ALIGNMENT ? CM_ALIGNMENT : low > 64 ? 64 : low;
-    pool->stride = (pool->object_size + align - 1) & ~(align - 1);
-    pool->stride_magic = UINT64_MAX / pool->stride + 1;
+    pool->stride = (object_size + align - 1) & ~(align - 1);
+    pool->stride_shift = (unsigned)__builtin_ctzll(pool->stride);
+    uint64_t odd = pool->stride >> pool->stride_shift, inverse = odd; /* Newton: 3 bits, x2 */
+    for (int i = 0; i < 5; i++)
+        inverse *= 2 - odd * inverse;
+    pool->stride_inverse = inverse;
     size_t bytes = pool->flags & CMALLOC_POOL_GROW ? CHUNK_MIN_GROW : CHUNK_MIN_FIXED;
     for (;; bytes <<= 1) {
-        size_t per = (bytes - header_bytes(bytes)) / pool->stride;
-        if (per >= 1 && (per >= capacity || bytes >= CHUNK_MAX))
+        pool->free_words = (bytes / pool->stride + 63) / 64;
+        pool->summary_words = (pool->free_words + 63) / 64;
+        pool->first_offset = (sizeof(pool_chunk) + (pool->summary_words + pool->free_words) * 8 + 63) & ~(size_t)63;
+        pool->per_chunk = bytes > pool->first_offset ? (bytes - pool->first_offset) / pool->stride : 0;
+        if (pool->per_chunk >= 1 && (pool->per_chunk >= capacity || bytes >= CHUNK_MAX))
             break;
     }
     pool->chunk_bytes = bytes;
     pool->chunk_mask = ~(uintptr_t)(bytes - 1);
-    pool->first_offset = header_bytes(bytes);
-    pool->per_chunk = (bytes - pool->first_offset) / pool->stride;
-    pool->end_offset = pool->first_offset + pool->per_chunk * pool->stride;
+    pool->chunk_shift = (unsigned)__builtin_ctzll(bytes);
 }
 
 CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity, unsigned flags)
@@ -149,114 +217,152 @@ CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity,
     cmalloc_pool *pool = cm_alloc(sizeof *pool);
     if (pool == NULL)
         return fail(ENOMEM);
-    *pool = (cmalloc_pool){.lock = CM_LOCK_INIT, .flags = flags, .object_size = object_size};
-    layout(pool, capacity);
-    size_t chunks = (capacity + pool->per_chunk - 1) / pool->per_chunk;
-    for (size_t i = 0; i < chunks; i++) {
-        pool_chunk *chunk = chunk_new(pool);
+    *pool = (cmalloc_pool){.word = &no_objects, .lock = CM_LOCK_INIT, .flags = flags};
+    for (size_t i = 0; i < KNOWN_SLOTS; i++)
+        pool->known[i] = NOT_CHUNK;
+    layout(pool, object_size, capacity);
+    /* The reservation: whole chunks, the last one cut to the capacity of a FIXED pool. */
+    for (size_t reserved = 0; reserved < capacity; reserved += pool->per_chunk) {
+        size_t objects = capacity - reserved < pool->per_chunk && !(flags & CMALLOC_POOL_GROW)
+                             ? capacity - reserved : pool->per_chunk;
+        pool_chunk *chunk = chunk_new(pool, objects);
         if (chunk == NULL) {
-            chunks_free(pool->reserve);
+            chunks_free(pool->chunks);
             cm_free(pool);
             return fail(ENOMEM);
         }
-        chunk->next = pool->reserve;
-        pool->reserve = chunk;
+        chunk->listed = 1;
+        chunk->next_partial = pool->partial;
+        pool->partial = chunk;
+        pool->capacity += objects;
     }
-    pool->capacity = flags & CMALLOC_POOL_GROW ? chunks * pool->per_chunk : capacity;
-    pool->uncarved = pool->capacity;
-    pool->bump = pool->limit = NULL;
     return pool;
 }
 
-/* The bump range is used up: carve the next chunk (a reserved one, or for a GROW pool a new
- * one) and return its first object; NULL with ENOMEM when there is none. Caller holds the lock
- * of a THREAD_SAFE pool. */
-static CM_NOINLINE void *carve_slow(cmalloc_pool *pool)
+/* Lists a chunk that has free objects and is not current, unless it is listed already. */
+static ALWAYS_INLINE void list_partial(cmalloc_pool *pool, pool_chunk *chunk, bool shared)
 {
-    pool_chunk *chunk = pool->reserve;
-    if (chunk != NULL) {
-        pool->reserve = chunk->next;
-    } else if ((pool->flags & CMALLOC_POOL_GROW) && (chunk = chunk_new(pool)) != NULL) {
-        __atomic_store_n(&pool->capacity, pool->capacity + pool->per_chunk, __ATOMIC_RELAXED);
-        pool->uncarved += pool->per_chunk;
-    } else {
-        return fail(ENOMEM);
+    if (!shared) {
+        if (!chunk->listed) {
+            chunk->listed = 1;
+            chunk->next_partial = pool->partial;
+            pool->partial = chunk;
+        }
+        return;
     }
-    chunk->next = pool->chunks;
-    pool->chunks = chunk;
-    size_t objects = pool->uncarved < pool->per_chunk ? pool->uncarved : pool->per_chunk;
-    pool->uncarved -= objects;
-    pool->bump = (char *)chunk + pool->first_offset + pool->stride;
-    pool->limit = (char *)chunk + pool->first_offset + objects * pool->stride;
-    return (char *)chunk + pool->first_offset;
+    if (__atomic_exchange_n(&chunk->listed, 1, __ATOMIC_SEQ_CST))
+        return;
+    pool_chunk *head = __atomic_load_n(&pool->partial, __ATOMIC_RELAXED);
+    do
+        chunk->next_partial = head;
+    while (!__atomic_compare_exchange_n(&pool->partial, &head, chunk, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
 }
 
-/* The next object, not yet marked live; NULL with ENOMEM when the pool is exhausted. */
-static inline void *take(cmalloc_pool *pool)
+/* Points pool->word at a non-empty free word of the current chunk; false when it has none.
+ * Clears the summary bits of the empty words it passes (re-checking after the clear, against
+ * a racing free). */
+static bool find_word(cmalloc_pool *pool, bool shared)
 {
-    void *object = pool->free_objects;
-    if (CM_LIKELY(object != NULL)) {
-        pool->free_objects = cm_link_next_checked(object);
-        return object;
+    pool_chunk *chunk = pool->current;
+    if (chunk == NULL)
+        return false;
+    uint64_t *summary = summary_of(chunk), *words = free_words_of(pool, chunk);
+    for (size_t s = 0; s < pool->summary_words; s++) {
+        for (uint64_t pending = load(&summary[s], shared); pending; pending &= pending - 1) {
+            size_t w = s * 64 + (size_t)__builtin_ctzll(pending);
+            uint64_t bit = pending & -pending;
+            if (load(&words[w], shared) == 0) {
+                clear_bits(&summary[s], bit, shared);
+                if (load(&words[w], shared) == 0)
+                    continue;
+                fetch_or(&summary[s], bit, shared);
+            }
+            pool->word = &words[w];
+            pool->word_base = (char *)chunk + pool->first_offset + w * 64 * pool->stride;
+            return true;
+        }
     }
-    if (CM_LIKELY(pool->bump < pool->limit)) {
-        object = pool->bump;
-        pool->bump += pool->stride;
-        return object;
-    }
-    return carve_slow(pool);
+    return false;
 }
 
-static inline uint64_t *live_word(const cmalloc_pool *pool, const void *object, uint64_t *bit)
+/* The current word is empty: find the next one, in this chunk, a partial chunk, or a new one
+ * (GROW). False with errno ENOMEM when there is none. Caller holds the lock when shared. */
+static CM_NOINLINE bool refill(cmalloc_pool *pool, bool shared)
 {
-    pool_chunk *chunk = (pool_chunk *)((uintptr_t)object & pool->chunk_mask);
-    size_t granule = ((uintptr_t)object - (uintptr_t)chunk) >> GRANULE_SHIFT;
-    *bit = (uint64_t)1 << (granule & 63);
-    return &chunk->live[granule >> 6];
+    while (!find_word(pool, shared)) {
+        pool_chunk *old = pool->current, *next;
+        if (shared) {
+            next = __atomic_load_n(&pool->partial, __ATOMIC_ACQUIRE);
+            while (next != NULL && !__atomic_compare_exchange_n(&pool->partial, &next, next->next_partial,
+                                                                true, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
+                ;
+        } else if ((next = pool->partial) != NULL) {
+            pool->partial = next->next_partial;
+        }
+        if (next == NULL && (pool->flags & CMALLOC_POOL_GROW) && (next = chunk_new(pool, pool->per_chunk)) != NULL)
+            __atomic_store_n(&pool->capacity, pool->capacity + pool->per_chunk, __ATOMIC_RELAXED);
+        if (next == NULL) {
+            errno = ENOMEM;
+            return false;
+        }
+        if (shared) {
+            __atomic_store_n(&next->listed, 0, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&pool->current, next, __ATOMIC_SEQ_CST);
+        } else {
+            next->listed = 0;
+            pool->current = next;
+        }
+        /* A free into the old chunk that saw it current did not list it: do it here. */
+        for (size_t s = 0; old != NULL && s < pool->summary_words; s++)
+            if (load(&summary_of(old)[s], shared)) {
+                list_partial(pool, old, shared);
+                break;
+            }
+    }
+    return true;
+}
+
+/* The lowest free object of the current word, now allocated; NULL when the pool is out. */
+static ALWAYS_INLINE void *take(cmalloc_pool *pool, bool shared)
+{
+    uint64_t bits = load(pool->word, shared);
+    if (CM_UNLIKELY(bits == 0)) {
+        if (!refill(pool, shared))
+            return NULL;
+        bits = load(pool->word, shared);
+    }
+    uint64_t bit = bits & -bits;
+    clear_bits(pool->word, bit, shared);
+    count(&pool->in_use, 1, shared);
+    return pool->word_base + (size_t)__builtin_ctzll(bit) * pool->stride;
 }
 
 CM_EXPORT void *cmalloc_pool_alloc(cmalloc_pool *pool)
 {
-    uint64_t bit, old;
-    bool shared = pool->flags & CMALLOC_POOL_THREAD_SAFE;
-    if (shared) {
-        cm_lock_acquire(&pool->lock);
-        if (pool->free_objects == NULL)
-            pool->free_objects = atomic_exchange_explicit(&pool->remote_free, NULL, memory_order_acquire);
-    }
-    void *object = take(pool);
-    if (CM_LIKELY(object != NULL)) {
-        uint64_t *word = live_word(pool, object, &bit);
-        if (shared) {
-            old = __atomic_fetch_or(word, bit, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&pool->in_use, 1, __ATOMIC_RELAXED);
-        } else {
-            old = *word;
-            *word = old | bit;
-            pool->in_use++;
-        }
-        /* A listed object is never live: if it is, the list was written through. */
-        if (CM_UNLIKELY(old & bit))
-            cm_report_corrupt_list(object);
-    }
-    if (shared)
-        cm_lock_release(&pool->lock);
+    if (!(pool->flags & CMALLOC_POOL_THREAD_SAFE))
+        return take(pool, false);
+    cm_lock_acquire(&pool->lock);
+    void *object = take(pool, true);
+    cm_lock_release(&pool->lock);
     return object;
 }
 
-/* The chunk whose object p is (an object start, inside the objects), or NULL. Never reads
- * memory the pagemap has not vouched for. */
-static pool_chunk *chunk_of(const cmalloc_pool *pool, const void *p)
+/* The index of object p in its chunk (masked from p): below the chunk's `objects` (at most
+ * per_chunk) exactly when p is an object start inside the chunk's objects. Exact division:
+ * the offset times the inverse of the stride's odd part, rotated right by its power of two, is
+ * the quotient when the stride divides the offset and above UINT64_MAX / stride otherwise. */
+static ALWAYS_INLINE size_t index_of(const cmalloc_pool *pool, const void *p)
 {
-    uintptr_t base = (uintptr_t)p & pool->chunk_mask;
-    uint64_t offset = (uintptr_t)p - base - pool->first_offset; /* wraps when below */
-    if (offset >= pool->end_offset - pool->first_offset || offset * pool->stride_magic >= pool->stride_magic)
-        return NULL;
-    cm_span *span = cm_span_of((void *)base);
-    if (span == NULL || span->state != CM_SPAN_LARGE || (uintptr_t)cm_span_start(span) != base)
-        return NULL;
-    pool_chunk *chunk = (pool_chunk *)base;
-    return chunk->pool == pool && chunk->check == check_word(chunk, pool) ? chunk : NULL;
+    uint64_t offset = (uintptr_t)p - ((uintptr_t)p & pool->chunk_mask) - pool->first_offset;
+    uint64_t x = offset * pool->stride_inverse;
+    unsigned k = pool->stride_shift;
+    return (size_t)((x >> k) | (x << ((64 - k) & 63))); /* rotate right by k (k = 0: x | x) */
+}
+
+static ALWAYS_INLINE pool_chunk **known_slot(cmalloc_pool *pool, const pool_chunk *chunk)
+{
+    return &pool->known[((uintptr_t)chunk >> pool->chunk_shift) % KNOWN_SLOTS];
 }
 
 static CM_COLD void report(const cmalloc_pool *pool, const void *object, bool twice)
@@ -274,37 +380,79 @@ static CM_COLD void report(const cmalloc_pool *pool, const void *object, bool tw
     cm_report_finish(&m);
 }
 
-CM_EXPORT void cmalloc_pool_free(cmalloc_pool *pool, void *object)
+/* A free whose word was empty or had the bit set already: a double free, or a word whose
+ * summary bit must be set again, in a chunk that may need listing (one the allocator left
+ * when all its words were empty). */
+static CM_NOINLINE void release_rare(cmalloc_pool *pool, pool_chunk *chunk, size_t index,
+                                     uint64_t old, bool shared)
 {
-    if (object == NULL)
+    uint64_t bit = (uint64_t)1 << (index % 64);
+    if (old & bit) {
+        report(pool, (char *)chunk + pool->first_offset + index * pool->stride, true);
         return;
-    if (CM_UNLIKELY(chunk_of(pool, object) == NULL)) {
+    }
+    fetch_or(&summary_of(chunk)[index / 4096], (uint64_t)1 << (index / 64 % 64), shared);
+    count(&pool->in_use, -1, shared);
+    pool_chunk *current = shared ? __atomic_load_n(&pool->current, __ATOMIC_SEQ_CST) : pool->current;
+    if (chunk != current)
+        list_partial(pool, chunk, shared);
+}
+
+/* Frees object `index` of a chunk known to be this pool's. */
+static ALWAYS_INLINE void release(cmalloc_pool *pool, pool_chunk *chunk, size_t index,
+                                  void *object, bool shared)
+{
+    if (CM_UNLIKELY(index >= chunk->objects)) {
         report(pool, object, false);
         return;
     }
-    uint64_t bit, *word = live_word(pool, object, &bit);
-    if (!(pool->flags & CMALLOC_POOL_THREAD_SAFE)) {
-        if (CM_UNLIKELY(!(*word & bit))) {
-            report(pool, object, true);
-            return;
-        }
-        *word &= ~bit;
-        cm_link_set(object, pool->free_objects);
-        pool->free_objects = object;
-        pool->in_use--;
+    uint64_t bit = (uint64_t)1 << (index % 64);
+    uint64_t old = fetch_or(&free_words_of(pool, chunk)[index / 64], bit, shared);
+    if (CM_UNLIKELY((old & bit) || old == 0))
+        release_rare(pool, chunk, index, old, shared);
+    else
+        count(&pool->in_use, -1, shared);
+}
+
+/* A free into a chunk not remembered as this pool's (or of NULL): the pagemap must say a LARGE
+ * span starts there, and the header must name this pool, before anything in it is read. */
+static CM_NOINLINE void release_unknown(cmalloc_pool *pool, void *object, bool shared)
+{
+    if (object == NULL)
+        return;
+    pool_chunk *chunk = (pool_chunk *)((uintptr_t)object & pool->chunk_mask);
+    cm_span *span = cm_span_of(chunk);
+    if (span == NULL || span->state != CM_SPAN_LARGE || cm_span_start(span) != (void *)chunk ||
+        chunk->pool != pool || chunk->check != check_word(chunk, pool)) {
+        report(pool, object, false);
         return;
     }
-    /* The atomic clear decides between two racing frees of one object: one wins, one reports. */
-    if (CM_UNLIKELY(!(__atomic_fetch_and(word, ~bit, __ATOMIC_RELAXED) & bit))) {
-        report(pool, object, true);
+    __atomic_store_n(known_slot(pool, chunk), chunk, __ATOMIC_RELAXED);
+    release(pool, chunk, index_of(pool, object), object, shared);
+}
+
+static CM_NOINLINE void release_shared(cmalloc_pool *pool, void *object)
+{
+    pool_chunk *chunk = (pool_chunk *)((uintptr_t)object & pool->chunk_mask);
+    if (CM_LIKELY(chunk == __atomic_load_n(known_slot(pool, chunk), __ATOMIC_RELAXED)))
+        release(pool, chunk, index_of(pool, object), object, true);
+    else
+        release_unknown(pool, object, true);
+}
+
+/* The fast path (one thread): a mask, an exact division, a lookup of the verified chunks, a
+ * bounds test and a bit set. NULL never matches a remembered chunk (they start as NOT_CHUNK). */
+CM_EXPORT void cmalloc_pool_free(cmalloc_pool *pool, void *object)
+{
+    if (CM_UNLIKELY(pool->flags & CMALLOC_POOL_THREAD_SAFE)) {
+        release_shared(pool, object);
         return;
     }
-    void *head = atomic_load_explicit(&pool->remote_free, memory_order_relaxed);
-    do
-        cm_link_set(object, head);
-    while (!atomic_compare_exchange_weak_explicit(&pool->remote_free, &head, object,
-                                                  memory_order_release, memory_order_relaxed));
-    __atomic_fetch_sub(&pool->in_use, 1, __ATOMIC_RELAXED);
+    pool_chunk *chunk = (pool_chunk *)((uintptr_t)object & pool->chunk_mask);
+    if (CM_LIKELY(chunk == *known_slot(pool, chunk)))
+        release(pool, chunk, index_of(pool, object), object, false);
+    else
+        release_unknown(pool, object, false);
 }
 
 CM_EXPORT size_t cmalloc_pool_capacity(const cmalloc_pool *pool)
@@ -327,37 +475,23 @@ CM_EXPORT void cmalloc_pool_destroy(cmalloc_pool *pool)
     if (pool == NULL)
         return;
     chunks_free(pool->chunks);
-    chunks_free(pool->reserve);
     cm_free(pool);
-}
-
-static size_t list_length(void *object)
-{
-    size_t length = 0;
-    for (; object != NULL; object = cm_link_next_checked(object))
-        length++;
-    return length;
 }
 
 /* The invariants in the header comment; the pool must be quiescent. */
 bool cm_pool_valid(const cmalloc_pool *pool)
 {
-    size_t live = 0, words = (pool->first_offset - sizeof(pool_chunk)) / sizeof(uint64_t);
-    for (pool_chunk *chunk = pool->chunks; chunk != NULL; chunk = chunk->next)
-        for (size_t i = 0; i < words; i++)
-            live += (size_t)__builtin_popcountll(chunk->live[i]);
-    for (pool_chunk *chunk = pool->reserve; chunk != NULL; chunk = chunk->next)
-        for (size_t i = 0; i < words; i++)
-            live += chunk->live[i] != 0; /* a reserved chunk has nothing live */
-    bool listed_dead = true;
-    void *lists[2] = {pool->free_objects, atomic_load_explicit(&pool->remote_free, memory_order_acquire)};
-    for (int l = 0; l < 2; l++)
-        for (void *object = lists[l]; object != NULL; object = cm_link_next_checked(object)) {
-            uint64_t bit, *word = live_word(pool, object, &bit);
-            listed_dead &= chunk_of(pool, object) != NULL && !(*word & bit);
+    size_t free_objects = 0, slots = 0;
+    bool ok = true;
+    for (pool_chunk *chunk = pool->chunks; chunk != NULL; chunk = chunk->next) {
+        const uint64_t *summary = summary_of(chunk), *words = free_words_of(pool, chunk);
+        for (size_t w = 0; w < pool->free_words; w++) {
+            free_objects += (size_t)__builtin_popcountll(words[w]);
+            ok &= words[w] == 0 || (summary[w / 64] >> (w % 64) & 1);
+            size_t first = w * 64, past = chunk->objects; /* no bit at or past `objects` */
+            ok &= past >= first + 64 || (words[w] >> (past > first ? past - first : 0)) == 0;
         }
-    size_t bump_left = pool->limit > pool->bump ? (size_t)(pool->limit - pool->bump) / pool->stride : 0;
-    return listed_dead && live == pool->in_use &&
-           pool->capacity == pool->in_use + list_length(lists[0]) + list_length(lists[1]) +
-                                 bump_left + pool->uncarved;
+        slots += chunk->objects;
+    }
+    return ok && slots == pool->capacity && pool->capacity == pool->in_use + free_objects;
 }
