@@ -12,6 +12,8 @@
  *   random_against_model         seeded interleaved alloc/free (TEST_SEED to repeat), in_use and
  *                                contents against a model, cm_pool_valid at checkpoints
  *   thread_safe_pool_4_threads   4 threads allocate, then free each other's objects, 3 rounds
+ *   thread_safe_pool_never_strands  4 threads alloc and free at once on a FIXED pool exactly as
+ *                                large as they can hold together: no allocation may fail
  *   memory_in_stats_and_released a 64 MiB pool counts in bytes_in_use; destroy takes it out of
  *                                bytes_in_use and out of RSS at once
  *   bad_arguments                EINVAL: size 0, size > 1 GiB, unknown flags, FIXED of capacity
@@ -252,6 +254,46 @@ static void thread_safe_pool_4_threads(void **state)
     }
 }
 
+/* All threads at once: each holds at most BATCH objects of a FIXED pool of exactly
+ * THREADS * BATCH, so an allocation may never fail: a free that races with the allocator
+ * leaving a chunk must not strand its object (and a chunk holds fewer objects than the pool,
+ * so chunks are left and re-entered all the time). */
+enum { BATCH = 200, CYCLES = 3000 };
+
+static void *churn(void *arg)
+{
+    uintptr_t t = (uintptr_t)arg;
+    void *mine[BATCH];
+    for (int cycle = 0; cycle < CYCLES; cycle++) {
+        int n = 1 + (int)((t * 31 + (uintptr_t)cycle * 17) % BATCH);
+        for (int i = 0; i < n; i++) {
+            if ((mine[i] = cmalloc_pool_alloc(shared)) == NULL)
+                return (void *)1;
+            memcpy(mine[i], &mine[i], sizeof(void *));
+        }
+        for (int i = 0; i < n; i++) {
+            void *self;
+            memcpy(&self, mine[i], sizeof self);
+            if (self != mine[i])
+                return (void *)1;
+            cmalloc_pool_free(shared, mine[i]);
+        }
+    }
+    return NULL;
+}
+
+static void thread_safe_pool_never_strands(void **state)
+{
+    (void)state;
+    shared = cmalloc_pool_create(2000, THREADS * BATCH, CMALLOC_POOL_FIXED | CMALLOC_POOL_THREAD_SAFE);
+    assert_non_null(shared);
+    run_threads(churn);
+    assert_int_equal(cmalloc_pool_in_use(shared), 0);
+    assert_int_equal(cmalloc_pool_capacity(shared), THREADS * BATCH);
+    assert_true(cm_pool_valid(shared));
+    cmalloc_pool_destroy(shared);
+}
+
 static size_t resident_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -387,6 +429,7 @@ int main(void)
         cmocka_unit_test(grow_pool_keeps_addresses),
         cmocka_unit_test(random_against_model),
         cmocka_unit_test(thread_safe_pool_4_threads),
+        cmocka_unit_test(thread_safe_pool_never_strands),
         cmocka_unit_test(memory_in_stats_and_released),
         cmocka_unit_test(bad_arguments),
         cmocka_unit_test(death_double_free),
