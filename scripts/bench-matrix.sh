@@ -11,8 +11,9 @@
 # --extra NAME=LIB.so adds another allocator (say a cmalloc build with other options); repeatable.
 # --plan prints the workloads, allocators and run count, and runs nothing.
 # Workloads: build/bench/{alloc,server,churn}_bench in several modes, the order-book replay
-# (build/orderbook, when it exists) and unmodified real programs (python3 running
-# bench/real_python.py, sqlite3 running bench/real_sqlite.sql) timed with hyperfine.
+# (build/orderbook, when it exists), cmalloc's explicit pool and arena against every malloc
+# (build/bench/pool_bench, fixed work, run at one thread) and unmodified real programs (python3
+# running bench/real_python.py, sqlite3 running bench/real_sqlite.sql) timed with hyperfine.
 #
 # Every (workload, threads) cell is run --reps times for every allocator, and the allocators are
 # interleaved: repetition r runs all workloads for all allocators before repetition r+1 starts,
@@ -106,7 +107,7 @@ install_missing() {
 
 # ---- binaries --------------------------------------------------------------------------------
 # (make bench has built them already; run on its own, the script brings them up to date)
-own_bins="build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/bench/peak_rss"
+own_bins="build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/bench/peak_rss build/bench/pool_bench"
 if [ "$plan_only" = 0 ]; then
   make -s $own_bins || { echo "bench-matrix: building the benchmark programs failed" >&2; exit 1; }
   make -s build/libcmalloc.so > "${TMPDIR:-/tmp}/bench-matrix-make.$$" 2>&1 ||
@@ -169,6 +170,9 @@ nalloc=$(echo $alloc_names | wc -w)
 # ---- workloads -----------------------------------------------------------------------------
 # name | kind | command (after the binary's own options: --threads/--seconds are added) | what
 # kind: bench = build/bench program printing a RESULT line, one run per thread count;
+#       explicit, explicit+arena = a bench program with fixed work (pool_bench), run at one
+#       thread only, whose malloc runs under every allocator and which also runs as the
+#       pseudo-allocators cmalloc-pool (--alloc pool) and, for explicit+arena, cmalloc-arena;
 #       orderbook = build/orderbook replay; program = whole unmodified program under hyperfine,
 #       threads do not apply (run once, listed as threads 1).
 py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3 || true)
@@ -192,6 +196,32 @@ add_workload alloc-window-powerlaw bench build/bench/alloc_bench --mode=window -
 add_workload alloc-crossthread bench build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024
 add_workload server bench build/bench/server_bench --slots 16384 --max-size 8192
 add_workload churn bench build/bench/churn_bench --objects 256 --max-size 4096
+# cmalloc's pool and arena against every allocator's malloc (issue 10): N allocations, then N
+# frees; cmalloc-pool / cmalloc-arena are those runs with cmalloc preloaded and --alloc pool/arena
+add_workload pool-16x1m explicit+arena build/bench/pool_bench --count 1000000 --size 16 --free-order fifo
+for s in 8 24; do
+  for o in fifo random; do
+    add_workload "pool-${s}x512k-$o" explicit build/bench/pool_bench --count 524288 --size $s --free-order $o
+  done
+done
+explicit_extra=""
+if [ -n "${alloc_lib[cmalloc]:-}" ] && [ "$plan_only" = 0 ]; then
+  if LD_PRELOAD=${alloc_lib[cmalloc]} build/bench/pool_bench --alloc pool --count 1000 --rounds 1 > /dev/null 2>&1 &&
+     LD_PRELOAD=${alloc_lib[cmalloc]} build/bench/pool_bench --alloc arena --count 1000 --rounds 1 > /dev/null 2>&1; then
+    explicit_extra="cmalloc-pool cmalloc-arena"
+  else
+    echo "bench-matrix: notice: build/bench/pool_bench --alloc pool/arena does not run under cmalloc; cmalloc-pool and cmalloc-arena skipped"
+  fi
+fi
+extras_of() { # kind: the pseudo-allocators that run it besides the real ones
+  case "$1" in
+    explicit) [ -n "$explicit_extra" ] && echo cmalloc-pool ;;
+    explicit+arena) echo $explicit_extra ;;
+    orderbook) [ "$ob_pool" = 1 ] && echo cmalloc-pool ;;
+  esac
+  return 0
+}
+
 ob_pool=0
 if [ -x build/orderbook ]; then
   add_workload orderbook orderbook build/orderbook replay
@@ -225,7 +255,9 @@ fi
 total=0
 for w in "${workloads[@]}"; do
   set -- $w
-  if [ "$2" = program ]; then total=$((total + nalloc)); else
+  if [ "$2" = program ]; then total=$((total + nalloc))
+  elif [ "${2#explicit}" != "$2" ]; then total=$((total + nalloc + $(extras_of "$2" | wc -w)))
+  else
     for t in $threads_list; do total=$((total + nalloc)); [ "$2" = orderbook ] && total=$((total + ob_pool)); done
   fi
 done
@@ -237,7 +269,8 @@ echo "bench-matrix: ${seconds}s measured per run (+${warmup}s warm-up); medians 
 if [ "$plan_only" = 1 ]; then
   for w in "${workloads[@]}"; do echo "  workload: $w"; done
   for a in $alloc_names; do echo "  allocator: $a ${alloc_lib[$a]:-(no preload)}"; done
-  [ "$ob_pool" = 1 ] && echo "  allocator: cmalloc-pool (order book only: cmalloc with --alloc pool)"
+  [ "$ob_pool" = 1 ] && echo "  allocator: cmalloc-pool (order book: cmalloc with --alloc pool)"
+  echo "  pseudo-allocators of pool_bench: cmalloc-pool cmalloc-arena (probed when the matrix runs)"
   exit 0
 fi
 
@@ -256,7 +289,7 @@ trap 'rm -rf "$tmp"' EXIT
 # runs, and every run of the matrix must use the very same files. (Messages show the originals.)
 snap="$tmp/snap"
 mkdir -p "$snap/bench"
-cp build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/bench/peak_rss "$snap/bench/"
+cp build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/bench/peak_rss build/bench/pool_bench "$snap/bench/"
 [ -x build/orderbook ] && cp build/orderbook "$snap/orderbook"
 declare -A run_lib
 for a in $alloc_names; do run_lib[$a]=${alloc_lib[$a]}; done
@@ -364,8 +397,10 @@ run_bench_cell() { # rep kind threads allocator name command...
   local rep=$1 kind=$2 t=$3 a=$4 name=$5; shift 5
   local lib rlib o="$tmp/out" e="$tmp/err" rc start params="" prefix
   local cmd=("$@")
-  if [ "$a" = cmalloc-pool ]; then lib=${alloc_lib[cmalloc]}; rlib=${run_lib[cmalloc]}; cmd+=(--alloc pool)
+  if [ "$a" = cmalloc-pool ] || [ "$a" = cmalloc-arena ]; then
+    lib=${alloc_lib[cmalloc]}; rlib=${run_lib[cmalloc]}; cmd+=(--alloc "${a#cmalloc-}")
   else lib=${alloc_lib[$a]}; rlib=${run_lib[$a]}; fi
+  [ "${kind#explicit}" != "$kind" ] && kind=bench
   if [ "$kind" = bench ]; then
     cmd+=(--threads "$t" --seconds "$seconds" --warmup "$warmup" --label "$name")
   else
@@ -462,10 +497,11 @@ for ((rep = 1; rep <= reps; rep++)); do
       for t in $threads_list; do n=$((n + nalloc + ob_pool)); done
       continue
     fi
-    for t in $threads_list; do
+    cell_threads=$threads_list
+    [ "${kind#explicit}" != "$kind" ] && cell_threads=1 # fixed work: one thread
+    for t in $cell_threads; do
       cell=$((cell + 1))
-      extra=""
-      [ "$kind" = orderbook ] && [ "$ob_pool" = 1 ] && extra=cmalloc-pool
+      extra=$(extras_of "$kind")
       for a in $(rotate $((cell + rep)) $extra); do
         run_bench_cell "$rep" "$kind" "$t" "$a" "$name" "$@"
       done

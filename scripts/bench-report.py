@@ -21,7 +21,7 @@ import sys
 COLUMNS = ["workload", "allocator", "threads", "params", "ops_per_sec", "wall_s", "p50_ns",
            "p99_ns", "p999_ns", "max_ns", "peak_rss_kib"]
 NUMERIC = COLUMNS[4:]
-ALLOC_ORDER = ["glibc", "cmalloc", "cmalloc-pool", "jemalloc", "tcmalloc", "mimalloc"]
+ALLOC_ORDER = ["glibc", "cmalloc", "cmalloc-pool", "cmalloc-arena", "jemalloc", "tcmalloc", "mimalloc"]
 BASELINE = "jemalloc"
 
 ABOUT = {
@@ -46,6 +46,14 @@ ABOUT = {
                  "cmalloc-pool: cmalloc with --alloc pool (orders from cmalloc's object pool).",
     "orderbook-pipeline": "build/orderbook replay --pipeline: as above with a gateway thread per "
                           "book allocating orders that the matcher thread frees (2T threads).",
+    "pool-16x1m": "pool_bench --count 1000000 --size 16: 1,000,000 allocations of 16 bytes (each "
+                  "written), then each read and freed in allocation order; median of 7 rounds. "
+                  "Ops are objects allocated and freed. cmalloc-pool: cmalloc_pool_alloc/free; "
+                  "cmalloc-arena: cmalloc_arena_alloc, then one reset.",
+    "pool-8x512k-fifo": "pool_bench --count 524288 --size 8, frees in allocation order.",
+    "pool-8x512k-random": "pool_bench --count 524288 --size 8, frees in a random order.",
+    "pool-24x512k-fifo": "pool_bench --count 524288 --size 24, frees in allocation order.",
+    "pool-24x512k-random": "pool_bench --count 524288 --size 24, frees in a random order.",
     "python": "unmodified /usr/bin/python3 running bench/real_python.py (dicts, strings, JSON, "
               "sorts), timed whole with hyperfine. Lower wall time is better.",
     "sqlite": "unmodified sqlite3 running bench/real_sqlite.sql on an in-memory database, timed "
@@ -261,10 +269,12 @@ def write_md(path, cells, workloads, allocs, info, failures, have_png):
                     L.append("| %s | %s | %s%s%s | %s | %s | %s | %s | %s | %s | %s |" % (
                         t, a, mark, human(c["ops_per_sec"]), mark, ratio, ns(c["p50_ns"]),
                         ns(c["p99_ns"]), ns(c["p999_ns"]), ns(c["max_ns"]), rss_s, rr))
-        # (cmalloc-pool is an order-book-only variant: not missing elsewhere)
+        # (cmalloc-pool runs the order book and pool_bench only, cmalloc-arena pool-16x1m only:
+        # not missing elsewhere)
         missing = [a for a in allocs if not any((wl, str(t), a) in by for t in
                                                 {int(c["threads"]) for c in wc})
-                   and (a != "cmalloc-pool" or wl.startswith("orderbook"))]
+                   and (a != "cmalloc-pool" or wl.startswith("orderbook") or wl.startswith("pool-"))
+                   and (a != "cmalloc-arena" or wl == "pool-16x1m")]
         if missing:
             L.append("\nNo result for: %s (see failures below)." % ", ".join(missing))
         L.append("")
@@ -286,7 +296,7 @@ def write_png(dirname, cells, workloads, allocs):
         return False
     data = os.path.join(dirname, "plot-data")
     os.makedirs(data, exist_ok=True)
-    colors = {"glibc": "#7f7f7f", "cmalloc": "#d62728", "cmalloc-pool": "#8c1a1a", "jemalloc": "#1f77b4",
+    colors = {"glibc": "#7f7f7f", "cmalloc": "#d62728", "cmalloc-pool": "#8c1a1a", "cmalloc-arena": "#e377c2", "jemalloc": "#1f77b4",
               "tcmalloc": "#2ca02c", "mimalloc": "#ff7f0e"}
     panels = []
     for wl in workloads:
