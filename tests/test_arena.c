@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "cmalloc.h"
-#include "death_test.h"
+#include "explicit_test.h"
 
 static void alignment_every_power_of_two(void **state)
 {
@@ -138,32 +138,23 @@ static void reset_reuses_one_chunk(void **state)
     cmalloc_arena_destroy(NULL);
 }
 
-static size_t resident_bytes(void)
+static void *filled_arena(size_t bytes)
 {
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, resident = 0;
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
-    fclose(f);
-    return resident * (size_t)sysconf(_SC_PAGESIZE);
+    cmalloc_arena *arena = cmalloc_arena_create(1 << 20);
+    for (size_t done = 0; done < bytes; done += 4096)
+        memset(cmalloc_arena_alloc(arena, 4096, 64), 1, 4096);
+    return arena;
+}
+
+static void destroy_arena(void *arena)
+{
+    cmalloc_arena_destroy(arena);
 }
 
 static void memory_in_stats_and_released(void **state)
 {
     (void)state;
-    const size_t bytes = (size_t)64 << 20;
-    cmalloc_stats before, during, after;
-    cmalloc_stats_get(&before);
-    cmalloc_arena *arena = cmalloc_arena_create(1 << 20);
-    for (size_t done = 0; done < bytes; done += 4096)
-        memset(cmalloc_arena_alloc(arena, 4096, 64), 1, 4096);
-    size_t resident_during = resident_bytes();
-    cmalloc_stats_get(&during);
-    assert_true(during.bytes_in_use >= before.bytes_in_use + bytes);
-    cmalloc_arena_destroy(arena);
-    cmalloc_stats_get(&after);
-    assert_true(after.bytes_in_use + bytes <= during.bytes_in_use);
-    assert_true(resident_bytes() + bytes * 3 / 4 <= resident_during);
+    expect_in_stats_and_released(filled_arena, destroy_arena, (size_t)64 << 20);
 }
 
 static void bad_arguments(void **state)
