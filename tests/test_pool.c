@@ -21,6 +21,8 @@
  *   death_*                      double free (plain and THREAD_SAFE), a malloc pointer, a stack
  *                                address, another pool's object, a pointer inside an object, and
  *                                free() of a pool object: SIGABRT with the exact message
+ *   keep_going                   with CMALLOC_ABORT_ON_ERROR=0 (a re-executed copy) both are
+ *                                reported and ignored, the pool intact
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -410,8 +412,57 @@ static void death_free_of_a_pool_object(void **state)
     cmalloc_pool_destroy(pool);
 }
 
-int main(void)
+/* With CMALLOC_ABORT_ON_ERROR=0 (read once at start: a re-executed copy of this binary runs
+ * keep_going_child) a double free and a foreign pointer are reported and ignored: the pool is
+ * intact, the object is not handed out twice. */
+static int keep_going_child(void)
 {
+    cmalloc_pool *pool = cmalloc_pool_create(32, 2, CMALLOC_POOL_FIXED);
+    void *a = cmalloc_pool_alloc(pool);
+    int local;
+    cmalloc_pool_free(pool, a);
+    cmalloc_pool_free(pool, a);
+    cmalloc_pool_free(pool, &local);
+    void *b = cmalloc_pool_alloc(pool), *c = cmalloc_pool_alloc(pool);
+    bool ok = b != NULL && c != NULL && b != c && cmalloc_pool_alloc(pool) == NULL &&
+              cmalloc_pool_in_use(pool) == 2 && cm_pool_valid(pool);
+    cmalloc_pool_destroy(pool);
+    return ok ? 0 : 1;
+}
+
+static void keep_going(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        char *argv[] = {"test_pool", "--keep-going", NULL};
+        char *envp[] = {"CMALLOC_ABORT_ON_ERROR=0", NULL};
+        execve("/proc/self/exe", argv, envp);
+        _exit(127);
+    }
+    close(fds[1]);
+    char output[4096];
+    ssize_t n, length = 0;
+    while ((n = read(fds[0], output + length, sizeof output - 1 - (size_t)length)) > 0)
+        length += n;
+    output[length] = '\0';
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_non_null(strstr(output, "double free"));
+    assert_non_null(strstr(output, "is not an object of pool"));
+    assert_non_null(strstr(output, "; leaking it and going on\n"));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--keep-going") == 0)
+        return keep_going_child();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(alignment_for_every_size),
         cmocka_unit_test(objects_distinct_and_reused),
@@ -425,6 +476,7 @@ int main(void)
         cmocka_unit_test(death_double_free),
         cmocka_unit_test(death_foreign_pointers),
         cmocka_unit_test(death_free_of_a_pool_object),
+        cmocka_unit_test(keep_going),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
