@@ -59,7 +59,8 @@ size_t cmalloc_release(void);
  * Arena: a linear (bump) allocator. Objects are not freed one by one: a mark remembers a
  * position, and rewinding to it frees everything allocated after it (a stack, LIFO), reset frees
  * everything. When its chunk is full the arena takes a new one, twice as large as the last (or
- * large enough for the request), so objects never move. One thread at a time per arena.
+ * large enough for the request), so objects never move. Every arena function: one thread at a
+ * time per arena (no locks), as a stack would be used.
  */
 typedef struct cmalloc_arena cmalloc_arena;
 
@@ -89,13 +90,15 @@ void cmalloc_arena_destroy(cmalloc_arena *arena);
 /* Bytes handed out since creation or the last reset (what a rewind to the first mark frees). */
 size_t cmalloc_arena_used(const cmalloc_arena *arena);
 
-/* Pool: objects of one size, allocated and freed one at a time in any order, each O(1) (a free
- * list and a bump pointer; no search, no lock without THREAD_SAFE). Objects are aligned to at
- * least 16 bytes and to their size's natural alignment up to 64 (a 64-byte object is 64-byte
- * aligned, a 24-byte one 16). cmalloc_pool_free checks in O(1) that the object is an allocated
- * object of this pool: freeing it twice, or freeing a pointer that is not one (another pool's,
- * malloc's, an address inside an object), is reported and aborts (with CMALLOC_ABORT_ON_ERROR=0:
- * reported and ignored).
+/* Pool: objects of one size, allocated and freed one at a time in any order. Free objects are
+ * bits in a bitmap per chunk: alloc takes the lowest free object of the 64-object word it is
+ * working on, or scans at most 16 summary words for the next one (so O(1) with a small bound);
+ * free sets a bit and never writes to the object. Objects are aligned to at least 16 bytes and
+ * to their size's natural alignment up to 64 (a 64-byte object is 64-byte aligned, a 24-byte
+ * one 16). cmalloc_pool_free checks in O(1) that the object is an allocated object of this
+ * pool: freeing it twice, or freeing a pointer that is not one (another pool's, malloc's, an
+ * address inside an object), is reported and aborts (with CMALLOC_ABORT_ON_ERROR=0: reported
+ * and ignored).
  * Flags, ORed:
  *   CMALLOC_POOL_FIXED        capacity is a hard limit: the memory for all of it is taken at
  *                             create, and alloc returns NULL (errno ENOMEM) when capacity objects
@@ -103,7 +106,10 @@ size_t cmalloc_arena_used(const cmalloc_arena *arena);
  *   CMALLOC_POOL_GROW         capacity objects are reserved at create (0 allowed); past them the
  *                             pool takes more chunks; objects never move.
  *   CMALLOC_POOL_THREAD_SAFE  any thread may alloc and free (alloc takes the pool's lock, free is
- *                             lock-free); without it one thread at a time uses the pool.
+ *                             lock-free); without it one thread at a time uses the pool. Like
+ *                             any lock of the program's, the pool's lock is not taken around
+ *                             fork(): a child must not use a pool another thread was using.
+ * Thread-safety below: "pool's threads" means any thread with THREAD_SAFE, else one at a time.
  */
 typedef struct cmalloc_pool cmalloc_pool;
 #define CMALLOC_POOL_FIXED       0u  /* capacity is a hard limit: alloc returns NULL when full */
@@ -112,14 +118,18 @@ typedef struct cmalloc_pool cmalloc_pool;
 
 /* A pool of objects of object_size bytes (1 B .. 1 GiB), room for capacity of them reserved.
  * EINVAL: object_size 0 or above 1 GiB, unknown flags, a FIXED pool of capacity 0.
- * ENOMEM: the reservation failed. O(capacity / objects per chunk). */
+ * ENOMEM: the reservation failed. O(capacity / objects per chunk). Any thread. */
 cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity, unsigned flags);
-void *cmalloc_pool_alloc(cmalloc_pool *pool);                /* O(1); NULL + ENOMEM when out */
-void cmalloc_pool_free(cmalloc_pool *pool, void *object);    /* O(1); NULL: no-op */
+/* O(1) (a GROW pool past its chunks: one page-heap call); NULL + ENOMEM when out. Pool's threads. */
+void *cmalloc_pool_alloc(cmalloc_pool *pool);
+/* O(1); NULL: no-op. Pool's threads (THREAD_SAFE: any thread, whichever allocated it). */
+void cmalloc_pool_free(cmalloc_pool *pool, void *object);
+/* O(1), any thread (a snapshot while others allocate and free). */
 size_t cmalloc_pool_capacity(const cmalloc_pool *pool);      /* objects it holds without growing */
-size_t cmalloc_pool_in_use(const cmalloc_pool *pool);        /* allocated and not freed, O(1) */
+size_t cmalloc_pool_in_use(const cmalloc_pool *pool);        /* allocated and not freed */
 size_t cmalloc_pool_object_size(const cmalloc_pool *pool);   /* usable bytes of each object */
-/* Frees every object at once; the pages go back to the OS. O(chunks). NULL: no-op. */
+/* Frees every object at once; the pages go back to the OS. O(chunks). NULL: no-op. No other
+ * call on the pool may be running or follow. */
 void cmalloc_pool_destroy(cmalloc_pool *pool);
 
 #ifdef __cplusplus
