@@ -105,6 +105,20 @@ UBSAN_CXX_TESTS := $(patsubst tests/%.cc,build/ubsan/tests/%,$(wildcard tests/te
 UBSAN_TESTS += $(UBSAN_CXX_TESTS)
 sanitize-ubsan: $(UBSAN_CXX_TESTS)
 
+# THREAD_SAFE pools under ThreadSanitizer (the allocator's TSan build, as sanitize-tsan), run by
+# make sanitize too.
+build/tsan/stress_pool_tsan: tests/stress_pool_tsan.c $(TSAN_OBJS)
+	$(SAN_CC) -O1 -g -std=gnu11 -Wall -Wextra -pthread -Iinclude -fsanitize=thread $< $(TSAN_OBJS) -o $@
+
+sanitize-tsan-pool: build/tsan/stress_pool_tsan
+	@echo "== TSan: build/tsan/stress_pool_tsan (log: build/tsan/stress_pool.log)"; \
+	$(TSAN_RUN) build/tsan/stress_pool_tsan > build/tsan/stress_pool.log 2>&1; rc=$$?; \
+	grep -E "^stress_pool_tsan|^SUMMARY" build/tsan/stress_pool.log; \
+	if [ $$rc -ne 0 ]; then echo "   FAILED (exit status $$rc)"; exit 1; fi; echo "   clean"
+
+sanitize: sanitize-tsan-pool
+.PHONY: sanitize-tsan-pool
+
 test: all $(TEST_BINS) $(BENCH_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t; done; \
 	for s in $(TEST_SCRIPTS); do echo "== $$s"; sh $$s; done; echo "== all tests passed"
