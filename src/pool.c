@@ -30,10 +30,12 @@
  * and span miss each (measured: 3x slower over 16 chunks).
  * THREAD_SAFE: allocations take the pool's lock; frees take none: the bits are set with atomic
  * read-modify-writes (the one that finds the bit set reports the double free), and a chunk is
- * pushed onto the partial stack lock-free (only lock holders pop, so no ABA). When the
- * allocator leaves a chunk it re-reads the chunk's summary after publishing the new current
- * chunk, and a free reads `current` after setting its bits (both sequentially consistent), so
- * a chunk with free objects is always current, listed, or about to be listed by one of them.
+ * pushed onto the partial stack lock-free (only lock holders pop, so no ABA). The allocator
+ * leaves a chunk only when every word of it is empty, so the first free into a left chunk finds
+ * its word empty; only such a free sets the summary bit and lists the chunk (release_rare).
+ * It reads `current` after setting its bits, and the allocator re-reads the summary of the
+ * chunk it leaves after publishing the new current one (all sequentially consistent), so a
+ * chunk with free objects is always current, listed, or about to be listed by one of them.
  * Without the flag one thread at a time uses the pool and nothing is atomic.
  * Lock order: a pool's lock is taken before the page heap's (chunk allocation).
  *
@@ -54,7 +56,7 @@
 /* `shared` must fold to a constant in each copy of the paths that take it */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define KNOWN_SLOTS 64                           /* verified chunks remembered per pool */
-#define NOT_CHUNK ((pool_chunk *)1)           /* an empty known slot: no chunk, no NULL */
+#define NOT_CHUNK ((pool_chunk *)1)              /* an empty known slot: no chunk, no NULL */
 #define CHECK_TAG ((uintptr_t)0x706f6f6c63686b31u)  /* "poolchk1" */
 
 typedef struct pool_chunk {
@@ -85,7 +87,7 @@ struct cmalloc_pool {
     pool_chunk *current;           /* allocated from; read by THREAD_SAFE frees */
     pool_chunk *known[KNOWN_SLOTS]; /* chunks verified as this pool's, by address bits */
     pool_chunk *partial;           /* chunks with free objects that are not current */
-    cm_lock lock;                  /* THREAD_SAFE: taken by alloc (and create, destroy) */
+    cm_lock lock;                  /* THREAD_SAFE: taken by alloc (frees take none) */
     /* cold */
     pool_chunk *chunks;            /* all of them */
     size_t chunk_bytes;
@@ -228,14 +230,14 @@ CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity,
         size_t objects = capacity - reserved < pool->per_chunk && !(flags & CMALLOC_POOL_GROW)
                              ? capacity - reserved : pool->per_chunk;
         pool_chunk *chunk = chunk_new(pool, objects);
-        if (chunk != NULL && objects < pool->per_chunk) {
-            pool->short_chunk = chunk;
-            pool->short_objects = objects;
-        }
         if (chunk == NULL) {
             chunks_free(pool->chunks);
             cm_free(pool);
             return fail(ENOMEM);
+        }
+        if (objects < pool->per_chunk) {
+            pool->short_chunk = chunk;
+            pool->short_objects = objects;
         }
         chunk->listed = 1;
         chunk->next_partial = pool->partial;
@@ -369,9 +371,9 @@ CM_EXPORT void *cmalloc_pool_alloc(cmalloc_pool *pool)
 
 /* The index of object p in its chunk (masked from p): below per_chunk exactly when p is an
  * object start inside a chunk's objects (the short chunk of a FIXED pool has fewer; see
- * release). Exact division:
- * the offset times the inverse of the stride's odd part, rotated right by its power of two, is
- * the quotient when the stride divides the offset and above UINT64_MAX / stride otherwise. */
+ * release). Exact division: the offset times the inverse of the stride's odd part, rotated
+ * right by its power of two, is the quotient when the stride divides the offset and above
+ * UINT64_MAX / stride otherwise. */
 static ALWAYS_INLINE size_t index_of(const cmalloc_pool *pool, const void *p)
 {
     uint64_t offset = (uintptr_t)p - ((uintptr_t)p & pool->chunk_mask) - pool->first_offset;
