@@ -103,7 +103,7 @@ static CM_NOINLINE void *alloc_slow(cmalloc_arena *arena, size_t size, size_t al
     if (size > PTRDIFF_MAX / 2 || align > PTRDIFF_MAX / 4)
         return fail(ENOMEM);
     size_t need = HEADER + align - 1 + size;
-    size_t grown = arena->current->bytes < GROW_MAX ? arena->current->bytes * 2 : GROW_MAX;
+    size_t grown = arena->current->bytes < GROW_MAX / 2 ? arena->current->bytes * 2 : GROW_MAX;
     arena_chunk *chunk = arena->spare;
     if (chunk != NULL && chunk->bytes >= need) {
         arena->spare = NULL;
