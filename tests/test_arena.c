@@ -5,6 +5,8 @@
  *   nested_marks_and_rewinds      three nested marks: each rewind frees exactly what came after
  *                                 its mark (the next allocation reuses the address), used()
  *                                 follows, earlier data is intact
+ *   random_against_model          seeded allocations (alignments 1..4096), marks, rewinds to
+ *                                 random open marks and resets against a model (TEST_SEED)
  *   growth_past_the_first_chunk   a 4 KiB arena given 3 MiB in small pieces and one 8 MiB block:
  *                                 contents intact; a rewind across chunks and back up again
  *   reset_reuses_one_chunk        repeated fill + reset cycles settle into one chunk: the same
@@ -26,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cmalloc.h"
 #include "explicit_test.h"
@@ -79,6 +82,53 @@ static void nested_marks_and_rewinds(void **state)
     cmalloc_arena_rewind(arena, m1);
     for (int k = 0; k < 100; k++)
         assert_int_equal(base[k], 'b');
+    cmalloc_arena_destroy(arena);
+}
+
+/* Seeded random allocations, marks, rewinds and resets against a model: every live block keeps
+ * its contents, a rewind restores the mark's used() and frees exactly the blocks made after it,
+ * blocks never overlap (their patterns would clash). TEST_SEED repeats a run. */
+static void random_against_model(void **state)
+{
+    (void)state;
+    const char *fixed = getenv("TEST_SEED");
+    uint64_t s = fixed ? strtoull(fixed, NULL, 0) : (uint64_t)time(NULL);
+    printf("test_arena: random_against_model seed %llu (set TEST_SEED to repeat)\n", (unsigned long long)s);
+    s |= 1;
+    enum { BLOCKS = 4096, MARKS = 64, STEPS = 200000 };
+    static struct { unsigned char *p; size_t size; unsigned char fill; } live[BLOCKS];
+    struct { size_t mark, used, blocks; } marks[MARKS];
+    size_t blocks = 0, depth = 0;
+    cmalloc_arena *arena = cmalloc_arena_create(3000);
+    for (long step = 0; step < STEPS; step++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        unsigned what = (unsigned)(s % 100);
+        if (what < 70 && blocks < BLOCKS) {
+            size_t size = 1 + (s >> 8) % 3000, align = (size_t)1 << ((s >> 24) % 13);
+            unsigned char *p = cmalloc_arena_alloc(arena, size, align);
+            assert_non_null(p);
+            assert_int_equal((uintptr_t)p % align, 0);
+            live[blocks].p = p, live[blocks].size = size, live[blocks].fill = (unsigned char)step;
+            memset(p, (unsigned char)step, size);
+            blocks++;
+        } else if (what < 85 && depth < MARKS) {
+            marks[depth].mark = cmalloc_arena_mark(arena);
+            marks[depth].used = cmalloc_arena_used(arena);
+            marks[depth++].blocks = blocks;
+        } else if (what < 99 && depth > 0) {
+            depth = 1 + (s >> 8) % depth; /* back to a random open mark, dropping the later ones */
+            cmalloc_arena_rewind(arena, marks[depth - 1].mark);
+            assert_int_equal(cmalloc_arena_used(arena), marks[depth - 1].used);
+            blocks = marks[--depth].blocks;
+        } else if (what == 99) {
+            cmalloc_arena_reset(arena);
+            assert_int_equal(cmalloc_arena_used(arena), 0);
+            blocks = depth = 0;
+        }
+        if (step % 1000 == 0 || what >= 85)
+            for (size_t b = 0; b < blocks; b++)
+                assert_true(live[b].p[0] == live[b].fill && live[b].p[live[b].size - 1] == live[b].fill);
+    }
     cmalloc_arena_destroy(arena);
 }
 
@@ -268,6 +318,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(alignment_every_power_of_two),
         cmocka_unit_test(nested_marks_and_rewinds),
+        cmocka_unit_test(random_against_model),
         cmocka_unit_test(growth_past_the_first_chunk),
         cmocka_unit_test(reset_reuses_one_chunk),
         cmocka_unit_test(memory_in_stats_and_released),
