@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cmalloc.h"
+#include "pool_churn.h"
 
 bool cm_pool_valid(const cmalloc_pool *pool); /* src/internal.h: hidden, linkable */
 
@@ -27,24 +28,7 @@ static _Atomic int failures;
 
 static void *churn(void *arg)
 {
-    uintptr_t t = (uintptr_t)arg;
-    void *mine[BATCH];
-    for (int cycle = 0; cycle < CYCLES; cycle++) {
-        int n = 1 + (int)((t * 31 + (uintptr_t)cycle * 17) % BATCH);
-        for (int i = 0; i < n; i++) {
-            if ((mine[i] = cmalloc_pool_alloc(pool)) == NULL) {
-                failures++;
-                return NULL;
-            }
-            memcpy(mine[i], &mine[i], sizeof(void *)); /* the object holds its own address */
-        }
-        for (int i = 0; i < n; i++) {
-            void *self;
-            memcpy(&self, mine[i], sizeof self);
-            failures += self != mine[i];
-            cmalloc_pool_free(pool, mine[i]);
-        }
-    }
+    failures += pool_churn(pool, (unsigned)(uintptr_t)arg, BATCH, CYCLES);
     return NULL;
 }
 

@@ -39,6 +39,7 @@
 
 #include "cmalloc.h"
 #include "explicit_test.h"
+#include "pool_churn.h"
 
 bool cm_pool_valid(const cmalloc_pool *pool); /* src/internal.h: hidden, linkable from the .a */
 
@@ -264,24 +265,7 @@ enum { BATCH = 200, CYCLES = 3000 };
 
 static void *churn(void *arg)
 {
-    uintptr_t t = (uintptr_t)arg;
-    void *mine[BATCH];
-    for (int cycle = 0; cycle < CYCLES; cycle++) {
-        int n = 1 + (int)((t * 31 + (uintptr_t)cycle * 17) % BATCH);
-        for (int i = 0; i < n; i++) {
-            if ((mine[i] = cmalloc_pool_alloc(shared)) == NULL)
-                return (void *)1;
-            memcpy(mine[i], &mine[i], sizeof(void *));
-        }
-        for (int i = 0; i < n; i++) {
-            void *self;
-            memcpy(&self, mine[i], sizeof self);
-            if (self != mine[i])
-                return (void *)1;
-            cmalloc_pool_free(shared, mine[i]);
-        }
-    }
-    return NULL;
+    return pool_churn(shared, (unsigned)(uintptr_t)arg, BATCH, CYCLES) ? (void *)1 : NULL;
 }
 
 static void thread_safe_pool_never_strands(void **state)
