@@ -106,9 +106,9 @@ size_t cmalloc_arena_used(const cmalloc_arena *arena);
  *   CMALLOC_POOL_GROW         capacity objects are reserved at create (0 allowed); past them the
  *                             pool takes more chunks; objects never move.
  *   CMALLOC_POOL_THREAD_SAFE  any thread may alloc and free (alloc takes the pool's lock, free is
- *                             lock-free); without it one thread at a time uses the pool. Like
- *                             any lock of the program's, the pool's lock is not taken around
- *                             fork(): a child must not use a pool another thread was using.
+ *                             lock-free); without it one thread at a time uses the pool.
+ *                             fork() takes the pool's lock as it takes the allocator's, so a
+ *                             child may allocate from a pool other threads were using.
  * Thread-safety below: "pool's threads" means any thread with THREAD_SAFE, else one at a time.
  */
 typedef struct cmalloc_pool cmalloc_pool;

@@ -9,8 +9,8 @@
  * same module, and for a preloaded library before the program's own) and is the one place a
  * thread is ever started (page_heap.c says why).
  *
- * Fork, in glibc's order: the prepare handler takes stdio's list lock, then every allocator
- * lock in the order written in internal.h, and then lets the forking thread allocate while it
+ * Fork, in glibc's order: the prepare handler takes stdio's list lock, then the THREAD_SAFE
+ * pools' locks (pool.c), then every allocator lock in the order written in internal.h, and then lets the forking thread allocate while it
  * holds them all (other libraries' atfork handlers run after ours and may allocate: os.c).
  * The parent releases them and the child makes them new, so a child of a multi-threaded
  * parent can allocate. A single-threaded process takes none (os.c's cm_os_fork says why).
@@ -31,6 +31,7 @@ static void fork_prepare(void)
     fork_took_locks = cm_os_fork(CM_FORK_PREPARE);
     if (!fork_took_locks)
         return;
+    cm_pool_fork(CM_FORK_PREPARE);
     cm_check_fork(CM_FORK_PREPARE);
     cm_thread_cache_fork(CM_FORK_PREPARE);
     cm_central_fork(CM_FORK_PREPARE);
@@ -50,6 +51,7 @@ static void fork_finish(int phase)
     cm_central_fork(phase);
     cm_thread_cache_fork(phase);
     cm_check_fork(phase);
+    cm_pool_fork(phase);
     cm_os_fork(phase);
 }
 

@@ -1,9 +1,12 @@
 /* internal.h - cross-file prototypes, grouped by the file that defines them, and the two fast
  * paths (cm_alloc, cm_free) that every entry point inlines.
  *
- * Lock order (outer first); fork handlers take them in this order too:
- *   thread-cache registry -> central cache[1..n] -> page heap -> pagemap -> metadata
- * check.c's quarantine lock is never held while taking another; fork takes it first.
+ * Lock order (outer first); fork handlers take them in this order too, after glibc's stdio
+ * list lock (os.c):
+ *   pools -> a THREAD_SAFE pool -> thread-cache registry -> central cache[1..n] -> page heap
+ *   -> pagemap -> metadata
+ * check.c's quarantine lock is never held while taking another; fork takes it before the
+ * registry.
  */
 #ifndef CM_INTERNAL_H
 #define CM_INTERNAL_H
@@ -218,6 +221,7 @@ void cm_check_fork(int phase);
 /* pool.c and arena.c: also the public cmalloc_pool_* and cmalloc_arena_* (see cmalloc.h) */
 struct cmalloc_pool;
 bool cm_pool_valid(const struct cmalloc_pool *pool);
+void cm_pool_fork(int phase);
 
 /* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
 bool cm_heap_check(void);

@@ -37,7 +37,9 @@
  * chunk it leaves after publishing the new current one (all sequentially consistent), so a
  * chunk with free objects is always current, listed, or about to be listed by one of them.
  * Without the flag one thread at a time uses the pool and nothing is atomic.
- * Lock order: a pool's lock is taken before the page heap's (chunk allocation).
+ * Lock order: pools_lock (the list of THREAD_SAFE pools), then a pool's lock, then the page
+ * heap's (chunk allocation). fork takes them all, in that order, before the allocator's
+ * locks (init.c): a child may use a THREAD_SAFE pool another thread was allocating from.
  *
  * Invariants (cm_pool_valid checks them, with the pool quiescent):
  *   capacity == in_use + free bits set, over all chunks
@@ -89,6 +91,7 @@ struct cmalloc_pool {
     pool_chunk *partial;           /* chunks with free objects that are not current */
     cm_lock lock;                  /* THREAD_SAFE: taken by alloc (frees take none) */
     /* cold */
+    cmalloc_pool *next_shared, *prev_shared; /* THREAD_SAFE: the list fork walks */
     pool_chunk *chunks;            /* all of them */
     size_t chunk_bytes;
     size_t per_chunk;              /* object slots in one chunk */
@@ -97,6 +100,42 @@ struct cmalloc_pool {
 };
 
 static uint64_t no_objects; /* what pool->word points at before the first chunk: always 0 */
+
+static cm_lock pools_lock = CM_LOCK_INIT;
+static cmalloc_pool *shared_pools; /* every THREAD_SAFE pool, for fork */
+
+static void shared_pools_add(cmalloc_pool *pool)
+{
+    cm_lock_acquire(&pools_lock);
+    pool->next_shared = shared_pools;
+    if (shared_pools)
+        shared_pools->prev_shared = pool;
+    shared_pools = pool;
+    cm_lock_release(&pools_lock);
+}
+
+static void shared_pools_remove(cmalloc_pool *pool)
+{
+    cm_lock_acquire(&pools_lock);
+    if (pool->prev_shared)
+        pool->prev_shared->next_shared = pool->next_shared;
+    else
+        shared_pools = pool->next_shared;
+    if (pool->next_shared)
+        pool->next_shared->prev_shared = pool->prev_shared;
+    cm_lock_release(&pools_lock);
+}
+
+/* The fork protocol for the THREAD_SAFE pools' locks (see os.c's cm_lock_fork). */
+void cm_pool_fork(int phase)
+{
+    if (phase == CM_FORK_PREPARE)
+        cm_lock_fork(&pools_lock, phase);
+    for (cmalloc_pool *pool = shared_pools; pool; pool = pool->next_shared)
+        cm_lock_fork(&pool->lock, phase);
+    if (phase != CM_FORK_PREPARE)
+        cm_lock_fork(&pools_lock, phase);
+}
 
 /* ---- operations that are atomic only in THREAD_SAFE pools: `shared` is a constant at each
  * call site, so each inlined copy has one kind or the other. */
@@ -244,6 +283,8 @@ CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity,
         pool->partial = chunk;
         pool->capacity += objects;
     }
+    if (flags & CMALLOC_POOL_THREAD_SAFE)
+        shared_pools_add(pool);
     return pool;
 }
 
@@ -498,6 +539,8 @@ CM_EXPORT void cmalloc_pool_destroy(cmalloc_pool *pool)
 {
     if (pool == NULL)
         return;
+    if (pool->flags & CMALLOC_POOL_THREAD_SAFE)
+        shared_pools_remove(pool);
     chunks_free(pool->chunks);
     cm_free(pool);
 }

@@ -23,6 +23,10 @@
  *                                free() of a pool object: SIGABRT with the exact message
  *   keep_going                   with CMALLOC_ABORT_ON_ERROR=0 (a re-executed copy) both are
  *                                reported and ignored, the pool intact
+ *   fork_beside_pool_threads     2 threads allocate from and free to a THREAD_SAFE pool while
+ *                                main forks 200 times; every child allocates from that pool
+ *                                and must exit within 5 s (its alarm): no pool lock is left
+ *                                held by a thread the child does not have
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -31,11 +35,14 @@
 #include <cmocka.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cmalloc.h"
 #include "explicit_test.h"
@@ -443,6 +450,54 @@ static void keep_going(void **state)
     assert_non_null(strstr(output, "; leaking it and going on\n"));
 }
 
+static atomic_int fork_test_stop;
+
+static void *pool_user(void *arg)
+{
+    cmalloc_pool *pool = arg;
+    void *held[64] = {0};
+    for (unsigned i = 0; !atomic_load(&fork_test_stop); i++) {
+        unsigned slot = i % 64;
+        cmalloc_pool_free(pool, held[slot]);
+        held[slot] = cmalloc_pool_alloc(pool);
+    }
+    for (unsigned slot = 0; slot < 64; slot++)
+        cmalloc_pool_free(pool, held[slot]);
+    return NULL;
+}
+
+static void fork_beside_pool_threads(void **state)
+{
+    (void)state;
+    cmalloc_pool *pool = cmalloc_pool_create(48, 256, CMALLOC_POOL_GROW | CMALLOC_POOL_THREAD_SAFE);
+    assert_non_null(pool);
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, pool_user, pool), 0);
+    int stuck = 0;
+    for (int i = 0; i < 200 && !stuck; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(5);
+            void *objects[100];
+            for (int j = 0; j < 100; j++)
+                objects[j] = cmalloc_pool_alloc(pool);
+            for (int j = 0; j < 100; j++)
+                cmalloc_pool_free(pool, objects[j]);
+            _exit(0);
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        stuck += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    atomic_store(&fork_test_stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(threads[i], NULL);
+    cmalloc_pool_destroy(pool);
+    if (stuck)
+        fail_msg("a child could not use the pool within 5 s (a lock held across fork)");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--keep-going") == 0)
@@ -461,6 +516,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(death_foreign_pointers),
         cmocka_unit_test(death_free_of_a_pool_object),
         cmocka_unit_test(keep_going),
+        cmocka_unit_test(fork_beside_pool_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
