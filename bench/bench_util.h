@@ -583,9 +583,10 @@ typedef struct {
 
 /* A program's own options: whole numbers (K/M/G suffixes allowed) with their accepted range. */
 typedef struct {
-    const char *name;  /* "--window" */
-    uint64_t *value;   /* where it goes (holds the default) */
-    uint64_t min, max; /* accepted range, inclusive */
+    const char *name;         /* "--window" */
+    uint64_t *value;          /* where it goes (holds the default) */
+    uint64_t min, max;        /* accepted range, inclusive */
+    const uint64_t *at_least; /* another option's value this one must not be below, or NULL */
 } bench_option;
 
 /* Parses the common options and the program's own; prints usage (the program's line, then the
@@ -620,6 +621,13 @@ static inline void bench_parse_args(int argc, char **argv, bench_common *c,
                 goto bad;
             }
             *opts[k].value = (uint64_t)x;
+        }
+    }
+    for (int k = 0; k < nopts; k++) {
+        if (opts[k].at_least && *opts[k].value < *opts[k].at_least) {
+            fprintf(stderr, "%s must not be below %llu\n", opts[k].name,
+                    (unsigned long long)*opts[k].at_least);
+            goto bad;
         }
     }
     if (c->threads >= 1 && c->threads <= 1024 && c->seconds > 0 && c->sample_rate >= 1)
@@ -674,6 +682,11 @@ struct bench_lane {
     int have_prev;                 /* 0 for the lane's first thread, started by main */
     pthread_t last;                /* the lane's last thread, joined by bench_lanes_run */
     bench_counter count;           /* the lane's operations and sampled latencies */
+    uint64_t seed;                 /* --seed, the lane and the generation, mixed */
+    uint64_t rs;                   /* the current thread's random state, from seed */
+    bench_sampler sampler;         /* the current thread's latency sampling */
+    const bench_common *common;    /* the program's options */
+    uint64_t tsc_overhead;         /* cycles of an empty timing pair */
 };
 
 static inline bench_lane *bench_lanes_map(int n, void (*leg)(bench_lane *), uint32_t slots)
@@ -702,6 +715,10 @@ static inline void *bench_lane_thread(void *arg)
     bench_lane *l = arg;
     if (l->have_prev)
         pthread_join(l->prev, NULL);
+    /* every thread of every lane draws its own stream, the same on every run with this --seed */
+    l->seed = (l->common->seed << 40) ^ ((uint64_t)l->id << 28) ^ l->generation;
+    l->rs = bench_seed(l->seed);
+    l->sampler = bench_sampler_make(l->seed, l->common->sample_rate, l->tsc_overhead, &l->count);
     l->leg(l);
     l->generation++;
     if (bench_counter_check(&l->count, l->phase)) {
@@ -724,7 +741,10 @@ static inline bench_period bench_lanes_run(bench_lane *lanes, int n, _Atomic int
 {
     static sem_t finished;
     sem_init(&finished, 0, 0);
+    uint64_t overhead = bench_tsc_overhead();
     for (int i = 0; i < n; i++) {
+        lanes[i].common = c;
+        lanes[i].tsc_overhead = overhead;
         lanes[i].phase = phase;
         lanes[i].finished = &finished;
         bench_lane_spawn(&lanes[i], bench_lane_thread);

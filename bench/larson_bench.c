@@ -41,7 +41,6 @@ static uint64_t min_size = 8;
 static uint64_t max_size = 1000;
 
 static _Atomic int phase = BENCH_WARMUP;
-static uint64_t tsc_overhead;
 
 static inline uint32_t pick_size(uint64_t *rs)
 {
@@ -54,20 +53,21 @@ static inline uint32_t pick_size(uint64_t *rs)
 static void leg(bench_lane *l)
 {
     bench_slots *s = &l->slots;
-    uint64_t seed = (opt.seed << 40) ^ ((uint64_t)l->id << 28) ^ l->generation;
-    uint64_t rs = bench_seed(seed);
-    bench_sampler smp = bench_sampler_make(seed, opt.sample_rate, tsc_overhead, &l->count);
+    uint64_t state = l->rs; /* copies in locals: registers in the loop, not the lane's memory */
+    bench_sampler sampler = l->sampler;
+    uint64_t *rs = &state;
+    bench_sampler *smp = &sampler;
     if (l->generation == 0)
         for (uint32_t j = 0; j < s->n; j++)
-            bench_slot_alloc(s, j, pick_size(&rs), &smp);
+            bench_slot_alloc(s, j, pick_size(rs), smp);
     for (uint64_t done = 0; done < round_len;) {
         if (!bench_counter_check(&l->count, l->phase))
             return; /* the run is over: the window stays for main to check and free */
         uint64_t k = round_len - done < CHUNK ? round_len - done : CHUNK;
         for (uint64_t i = 0; i < k; i++) {
-            uint32_t j = bench_rand_below(&rs, s->n);
-            bench_slot_free(s, j, &smp);
-            bench_slot_alloc(s, j, pick_size(&rs), &smp);
+            uint32_t j = bench_rand_below(rs, s->n);
+            bench_slot_free(s, j, smp);
+            bench_slot_alloc(s, j, pick_size(rs), smp);
         }
         done += k;
         l->count.ops += k;
@@ -76,24 +76,19 @@ static void leg(bench_lane *l)
 
 int main(int argc, char **argv)
 {
-    const bench_option opts[] = {{"--window", &window, 1, 1u << 24},
-                                 {"--round", &round_len, 1, UINT64_MAX >> 12},
-                                 {"--min-size", &min_size, 1, 1u << 30},
-                                 {"--max-size", &max_size, 1, 1u << 30}};
-    const char *usage = "usage: larson_bench [--window N] [--round N] [--min-size BYTES]\n"
-                        "                    [--max-size BYTES]\n"
-                        "  --threads: lanes, each a relay of threads doing --round replacements\n";
-    bench_parse_args(argc, argv, &opt, opts, 4, usage);
-    if (max_size < min_size) {
-        fprintf(stderr, "larson_bench: --max-size must be at least --min-size\n%s", usage);
-        return 2;
-    }
+    const bench_option opts[] = {{"--window", &window, 1, 1u << 24, NULL},
+                                 {"--round", &round_len, 1, UINT64_MAX >> 12, NULL},
+                                 {"--min-size", &min_size, 1, 1u << 30, NULL},
+                                 {"--max-size", &max_size, 1, 1u << 30, &min_size}};
+    bench_parse_args(argc, argv, &opt, opts, 4,
+                     "usage: larson_bench [--window N] [--round N] [--min-size BYTES]\n"
+                     "                    [--max-size BYTES]\n"
+                     "  --threads: lanes, each a relay of threads doing --round replacements\n");
 
     char params[128];
     snprintf(params, sizeof params, "window=%llu;round=%llu;sizes=%llu-%llu",
              (unsigned long long)window, (unsigned long long)round_len,
              (unsigned long long)min_size, (unsigned long long)max_size);
-    tsc_overhead = bench_tsc_overhead();
     bench_lane *lanes = bench_lanes_map(opt.threads, leg, (uint32_t)window);
     bench_period t = bench_lanes_run(lanes, opt.threads, &phase, &opt);
     printf("larson_bench: live data about %.1f MiB in the windows\n",

@@ -45,7 +45,6 @@ static uint64_t large_size = 65536; /* large sizes: max_size .. large_size */
 static uint64_t large_every = 100;  /* one allocation in this many is large */
 
 static _Atomic int phase = BENCH_WARMUP;
-static uint64_t tsc_overhead;
 
 static inline uint32_t pick_size(uint64_t *rs)
 {
@@ -60,23 +59,24 @@ static inline uint32_t pick_size(uint64_t *rs)
 static void leg(bench_lane *l)
 {
     bench_slots *s = &l->slots;
-    uint64_t seed = (opt.seed << 40) ^ ((uint64_t)l->id << 28) ^ l->generation;
-    uint64_t rs = bench_seed(seed);
-    bench_sampler smp = bench_sampler_make(seed, opt.sample_rate, tsc_overhead, &l->count);
+    uint64_t state = l->rs; /* copies in locals: registers in the loop, not the lane's memory */
+    bench_sampler sampler = l->sampler;
+    uint64_t *rs = &state;
+    bench_sampler *smp = &sampler;
     uint64_t calls = 0;
     while (calls < life) {
         if (!bench_counter_check(&l->count, l->phase))
             return; /* the run is over: the blocks stay for main to check and free */
         uint64_t before = calls;
         for (int k = 0; k < STEPS; k++) {
-            uint32_t j = bench_rand_below(&rs, s->n);
+            uint32_t j = bench_rand_below(rs, s->n);
             if (s->block[j]) {
-                bench_slot_free(s, j, &smp);
+                bench_slot_free(s, j, smp);
                 calls++;
-                if (bench_rand(&rs) & 1)
+                if (bench_rand(rs) & 1)
                     continue;
             }
-            bench_slot_alloc(s, j, pick_size(&rs), &smp);
+            bench_slot_alloc(s, j, pick_size(rs), smp);
             calls++;
         }
         l->count.ops += calls - before;
@@ -84,8 +84,8 @@ static void leg(bench_lane *l)
     /* hand on about half of the live blocks to the successor, free the rest */
     uint64_t before = calls;
     for (uint32_t j = 0; j < s->n; j++) {
-        if (s->block[j] && (bench_rand(&rs) & 1)) {
-            bench_slot_free(s, j, &smp);
+        if (s->block[j] && (bench_rand(rs) & 1)) {
+            bench_slot_free(s, j, smp);
             calls++;
         }
     }
@@ -95,25 +95,20 @@ static void leg(bench_lane *l)
 
 int main(int argc, char **argv)
 {
-    const bench_option opts[] = {{"--slots", &slots, 1, 1u << 24},
-                                 {"--life", &life, 1, UINT64_MAX >> 12},
-                                 {"--max-size", &max_size, 8, 1u << 30},
-                                 {"--large-size", &large_size, 8, 1u << 30},
-                                 {"--large-every", &large_every, 1, 1u << 30}};
-    const char *usage = "usage: mstress_bench [--slots N] [--life CALLS] [--max-size BYTES]\n"
-                        "                     [--large-size BYTES] [--large-every N]\n"
-                        "  --threads: lanes, each a relay of threads living --life calls each\n";
-    bench_parse_args(argc, argv, &opt, opts, 5, usage);
-    if (large_size < max_size) {
-        fprintf(stderr, "mstress_bench: --large-size must be at least --max-size\n%s", usage);
-        return 2;
-    }
+    const bench_option opts[] = {{"--slots", &slots, 1, 1u << 24, NULL},
+                                 {"--life", &life, 1, UINT64_MAX >> 12, NULL},
+                                 {"--max-size", &max_size, 8, 1u << 30, NULL},
+                                 {"--large-size", &large_size, 8, 1u << 30, &max_size},
+                                 {"--large-every", &large_every, 1, 1u << 30, NULL}};
+    bench_parse_args(argc, argv, &opt, opts, 5,
+                     "usage: mstress_bench [--slots N] [--life CALLS] [--max-size BYTES]\n"
+                     "                     [--large-size BYTES] [--large-every N]\n"
+                     "  --threads: lanes, each a relay of threads living --life calls each\n");
 
     char params[128];
     snprintf(params, sizeof params, "slots=%llu;life=%llu;max_size=%llu;large=%llu/%llu",
              (unsigned long long)slots, (unsigned long long)life, (unsigned long long)max_size,
              (unsigned long long)large_size, (unsigned long long)large_every);
-    tsc_overhead = bench_tsc_overhead();
     bench_lane *lanes = bench_lanes_map(opt.threads, leg, (uint32_t)slots);
     bench_period t = bench_lanes_run(lanes, opt.threads, &phase, &opt);
     bench_lanes_report(lanes, &opt, t, "mstress_bench", params, "calls");

@@ -136,9 +136,9 @@ static void *consumer_main(void *arg)
 
 int main(int argc, char **argv)
 {
-    const bench_option opts[] = {{"--batch", &batch_len, 1, 1u << 24},
-                                 {"--size", &object_size, 1, 1u << 20},
-                                 {"--queue", &queue_cap, 1, 100000}};
+    const bench_option opts[] = {{"--batch", &batch_len, 1, 1u << 24, NULL},
+                                 {"--size", &object_size, 1, 1u << 20, NULL},
+                                 {"--queue", &queue_cap, 1, 100000, NULL}};
     bench_parse_args(argc, argv, &opt, opts, 3,
                      "usage: xmalloc_bench [--batch N] [--size BYTES] [--queue N]\n"
                      "  --threads N runs N producers and N consumers\n");
