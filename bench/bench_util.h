@@ -662,11 +662,15 @@ static inline void bench_report(bench_result *r, const bench_counter *const *cou
 }
 
 /* ---- lanes: relays of short-lived threads -------------------------------------------------------
- * A lane runs one thread at a time. Each thread runs the workload's leg on the lane's slots, then,
- * unless the phase is BENCH_STOP, starts its successor and exits; the successor first joins it,
- * so the predecessor's exit (and the allocator's teardown of its per-thread state) is complete,
- * and the successor frees memory of a thread that no longer exists. Thread creation and exit are
- * part of what is measured, as in the servers that work this way; they cost the same under every
+ * A lane works on one thread at a time. Each thread runs the workload's leg on the lane's slots,
+ * joins its predecessor (long gone by then), and, unless the phase is BENCH_STOP, starts its
+ * successor and exits. The successor starts at once, while the predecessor's exit (and the
+ * allocator's teardown of its per-thread state) runs beside it, as in servers that replace their
+ * threads, and frees memory of a thread that is exiting or gone. Joining at the start instead
+ * made every hand-off wait for the predecessor's exit, and on the loaded 2-core machine whole runs
+ * then went at one thread per 3.7 ms (a scheduler tick?) instead of one per 0.3 ms, under every
+ * allocator alike, which swamped what the allocator does.
+ * Thread creation and exit are part of what is measured; they cost the same under every
  * allocator apart from the allocator's own per-thread setup and teardown.
  * The main thread makes them with bench_lanes_map and runs them with bench_lanes_run. */
 typedef struct bench_lane bench_lane;
@@ -678,7 +682,7 @@ struct bench_lane {
     uint64_t generations_measured; /* of those, finished in the measured period */
     _Atomic int *phase;            /* the timeline */
     sem_t *finished;               /* posted once by the lane's last thread */
-    pthread_t prev;                /* the thread that started this one, to join first */
+    pthread_t prev;                /* the thread that started this one, joined after the leg */
     int have_prev;                 /* 0 for the lane's first thread, started by main */
     pthread_t last;                /* the lane's last thread, joined by bench_lanes_run */
     bench_counter count;           /* the lane's operations and sampled latencies */
@@ -713,14 +717,14 @@ static inline void bench_lane_spawn(bench_lane *l, void *(*body)(void *))
 static inline void *bench_lane_thread(void *arg)
 {
     bench_lane *l = arg;
-    if (l->have_prev)
-        pthread_join(l->prev, NULL);
     /* every thread of every lane draws its own stream, the same on every run with this --seed */
     l->seed = (l->common->seed << 40) ^ ((uint64_t)l->id << 28) ^ l->generation;
     l->rs = bench_seed(l->seed);
     l->sampler = bench_sampler_make(l->seed, l->common->sample_rate, l->tsc_overhead, &l->count);
     l->leg(l);
     l->generation++;
+    if (l->have_prev)
+        pthread_join(l->prev, NULL);
     if (bench_counter_check(&l->count, l->phase)) {
         if (l->count.seen == BENCH_MEASURE)
             l->generations_measured++;

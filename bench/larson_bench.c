@@ -7,8 +7,8 @@
  *   checks and frees it, and allocates one of a new random size in its place. A lane is a relay of
  *   threads (bench_util.h's lanes): each does --round replacements (50,000), then starts a new
  *   thread and exits, and the new thread carries on with the same window, so the first blocks it
- *   frees were allocated by a thread that has exited, and by the end of its round nearly all of
- *   the window is its own. The lane's first thread fills the window (during the warm-up).
+ *   frees were allocated by a thread that is exiting or gone, and by the end of its round nearly
+ *   all of the window is its own. The lane's first thread fills the window (during the warm-up).
  *   This is a server whose connection threads come and go while the data they built lives on:
  *   the allocator sees a steady, fragmented heap of small objects, frees of a dead thread's
  *   memory, and per-thread state created and torn down every round.

@@ -10,9 +10,10 @@
  *   --max-size..--large-size (64 KiB). A slot is full about two times in three.
  *   Before it exits, a thread frees about half of its live blocks (each with probability 1/2) and
  *   leaves the rest to its successor, which frees them as it meets them: so frees cross threads,
- *   of memory whose allocating thread is gone, while the allocator also creates and tears down
- *   per-thread state every --life calls. This is the worker-pool pattern of servers that retire
- *   workers after some requests (and of test runners), with the size mix of ordinary programs.
+ *   of memory whose allocating thread is exiting or gone, while the allocator also creates and
+ *   tears down per-thread state every --life calls. This is the worker-pool pattern of servers
+ *   that retire workers after some requests (and of test runners), with the size mix of ordinary
+ *   programs.
  *   Memory is bounded: each lane has at most --slots live blocks, about 0.6 MiB with the defaults.
  *   Every random choice (slot, size, what is handed on) comes from --seed, the lane and the
  *   thread's place in the lane, so each run makes the same calls in the same order per lane.
