@@ -675,7 +675,9 @@ static inline void bench_report(bench_result *r, const bench_counter *const *cou
  * The main thread makes them with bench_lanes_map and runs them with bench_lanes_run. */
 typedef struct bench_lane bench_lane;
 struct bench_lane {
-    void (*leg)(bench_lane *lane); /* one thread's share of the work */
+    /* one thread's share of the work, on the lane's slots, with this thread's random state and
+     * latency sampler (by value: the leg's own locals, kept in registers in its loop) */
+    void (*leg)(bench_lane *lane, bench_slots *s, uint64_t rs, bench_sampler smp);
     bench_slots slots;             /* the live blocks, handed from thread to thread */
     int id;                        /* which lane, from 0 */
     uint64_t generation;           /* threads this lane has run to completion */
@@ -686,14 +688,14 @@ struct bench_lane {
     int have_prev;                 /* 0 for the lane's first thread, started by main */
     pthread_t last;                /* the lane's last thread, joined by bench_lanes_run */
     bench_counter count;           /* the lane's operations and sampled latencies */
-    uint64_t seed;                 /* --seed, the lane and the generation, mixed */
-    uint64_t rs;                   /* the current thread's random state, from seed */
-    bench_sampler sampler;         /* the current thread's latency sampling */
     const bench_common *common;    /* the program's options */
     uint64_t tsc_overhead;         /* cycles of an empty timing pair */
 };
 
-static inline bench_lane *bench_lanes_map(int n, void (*leg)(bench_lane *), uint32_t slots)
+static inline bench_lane *bench_lanes_map(int n,
+                                          void (*leg)(bench_lane *, bench_slots *, uint64_t,
+                                                      bench_sampler),
+                                          uint32_t slots)
 {
     bench_lane *lanes = bench_map((size_t)n * sizeof(bench_lane));
     for (int i = 0; i < n; i++) {
@@ -718,10 +720,9 @@ static inline void *bench_lane_thread(void *arg)
 {
     bench_lane *l = arg;
     /* every thread of every lane draws its own stream, the same on every run with this --seed */
-    l->seed = (l->common->seed << 40) ^ ((uint64_t)l->id << 28) ^ l->generation;
-    l->rs = bench_seed(l->seed);
-    l->sampler = bench_sampler_make(l->seed, l->common->sample_rate, l->tsc_overhead, &l->count);
-    l->leg(l);
+    uint64_t seed = (l->common->seed << 40) ^ ((uint64_t)l->id << 28) ^ l->generation;
+    l->leg(l, &l->slots, bench_seed(seed),
+           bench_sampler_make(seed, l->common->sample_rate, l->tsc_overhead, &l->count));
     l->generation++;
     if (l->have_prev)
         pthread_join(l->prev, NULL);

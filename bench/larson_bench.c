@@ -50,24 +50,19 @@ static inline uint32_t pick_size(uint64_t *rs)
 #define CHUNK 64 /* replacements between looks at the phase */
 
 /* One thread's round on its lane's window. */
-static void leg(bench_lane *l)
+static void leg(bench_lane *l, bench_slots *s, uint64_t rs, bench_sampler smp)
 {
-    bench_slots *s = &l->slots;
-    uint64_t state = l->rs; /* copies in locals: registers in the loop, not the lane's memory */
-    bench_sampler sampler = l->sampler;
-    uint64_t *rs = &state;
-    bench_sampler *smp = &sampler;
     if (l->generation == 0)
         for (uint32_t j = 0; j < s->n; j++)
-            bench_slot_alloc(s, j, pick_size(rs), smp);
+            bench_slot_alloc(s, j, pick_size(&rs), &smp);
     for (uint64_t done = 0; done < round_len;) {
         if (!bench_counter_check(&l->count, l->phase))
             return; /* the run is over: the window stays for main to check and free */
         uint64_t k = round_len - done < CHUNK ? round_len - done : CHUNK;
         for (uint64_t i = 0; i < k; i++) {
-            uint32_t j = bench_rand_below(rs, s->n);
-            bench_slot_free(s, j, smp);
-            bench_slot_alloc(s, j, pick_size(rs), smp);
+            uint32_t j = bench_rand_below(&rs, s->n);
+            bench_slot_free(s, j, &smp);
+            bench_slot_alloc(s, j, pick_size(&rs), &smp);
         }
         done += k;
         l->count.ops += k;

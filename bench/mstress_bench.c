@@ -57,27 +57,22 @@ static inline uint32_t pick_size(uint64_t *rs)
 #define STEPS 64 /* steps between looks at the phase */
 
 /* One thread's life on its lane's slots. */
-static void leg(bench_lane *l)
+static void leg(bench_lane *l, bench_slots *s, uint64_t rs, bench_sampler smp)
 {
-    bench_slots *s = &l->slots;
-    uint64_t state = l->rs; /* copies in locals: registers in the loop, not the lane's memory */
-    bench_sampler sampler = l->sampler;
-    uint64_t *rs = &state;
-    bench_sampler *smp = &sampler;
     uint64_t calls = 0;
     while (calls < life) {
         if (!bench_counter_check(&l->count, l->phase))
             return; /* the run is over: the blocks stay for main to check and free */
         uint64_t before = calls;
         for (int k = 0; k < STEPS; k++) {
-            uint32_t j = bench_rand_below(rs, s->n);
+            uint32_t j = bench_rand_below(&rs, s->n);
             if (s->block[j]) {
-                bench_slot_free(s, j, smp);
+                bench_slot_free(s, j, &smp);
                 calls++;
-                if (bench_rand(rs) & 1)
+                if (bench_rand(&rs) & 1)
                     continue;
             }
-            bench_slot_alloc(s, j, pick_size(rs), smp);
+            bench_slot_alloc(s, j, pick_size(&rs), &smp);
             calls++;
         }
         l->count.ops += calls - before;
@@ -85,8 +80,8 @@ static void leg(bench_lane *l)
     /* hand on about half of the live blocks to the successor, free the rest */
     uint64_t before = calls;
     for (uint32_t j = 0; j < s->n; j++) {
-        if (s->block[j] && (bench_rand(rs) & 1)) {
-            bench_slot_free(s, j, smp);
+        if (s->block[j] && (bench_rand(&rs) & 1)) {
+            bench_slot_free(s, j, &smp);
             calls++;
         }
     }
