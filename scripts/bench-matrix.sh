@@ -108,6 +108,7 @@ install_missing() {
 # ---- binaries --------------------------------------------------------------------------------
 # (make bench has built them already; run on its own, the script brings them up to date)
 own_bins="build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/bench/peak_rss build/bench/pool_bench"
+own_bins="$own_bins build/bench/xmalloc_bench build/bench/mstress_bench build/bench/larson_bench"
 if [ "$plan_only" = 0 ]; then
   make -s $own_bins || { echo "bench-matrix: building the benchmark programs failed" >&2; exit 1; }
   make -s build/libcmalloc.so > "${TMPDIR:-/tmp}/bench-matrix-make.$$" 2>&1 ||
@@ -196,6 +197,10 @@ add_workload alloc-window-powerlaw bench build/bench/alloc_bench --mode=window -
 add_workload alloc-crossthread bench build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024
 add_workload server bench build/bench/server_bench --slots 16384 --max-size 8192
 add_workload churn bench build/bench/churn_bench --objects 256 --max-size 4096
+# issue 9's three server patterns, written here from their descriptions (see each .c's head)
+add_workload xmalloc bench build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100
+add_workload mstress bench build/bench/mstress_bench --slots 1000 --life 10000
+add_workload larson bench build/bench/larson_bench --window 5000 --round 50000
 # cmalloc's pool and arena against every allocator's malloc (issue 10): N allocations, then N
 # frees; cmalloc-pool / cmalloc-arena are those runs with cmalloc preloaded and --alloc pool/arena
 add_workload pool-16x1m explicit+arena build/bench/pool_bench --count 1000000 --size 16 --free-order fifo
@@ -290,6 +295,7 @@ trap 'rm -rf "$tmp"' EXIT
 snap="$tmp/snap"
 mkdir -p "$snap/bench"
 cp build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/bench/peak_rss build/bench/pool_bench "$snap/bench/"
+cp build/bench/xmalloc_bench build/bench/mstress_bench build/bench/larson_bench "$snap/bench/"
 [ -x build/orderbook ] && cp build/orderbook "$snap/orderbook"
 declare -A run_lib
 for a in $alloc_names; do run_lib[$a]=${alloc_lib[$a]}; done

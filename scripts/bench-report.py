@@ -41,6 +41,15 @@ ABOUT = {
     "churn": "churn_bench: rounds of T short-lived threads, each allocating 256 objects, freeing "
              "half and the previous thread's leftovers, then exiting. Ops are threads; latency is "
              "a thread's whole work.",
+    "xmalloc": "xmalloc_bench: T producer threads allocate 64-byte objects in batches of 4096 (the "
+               "32 KiB batch array itself malloc'd) and pass them through a locked queue of at most "
+               "100 batches to T consumer threads that free them (2T threads). Ops are object frees.",
+    "mstress": "mstress_bench: T lanes of short-lived threads (10000 calls each) doing random-size "
+               "malloc/free (8 B..1 KiB, 1% up to 64 KiB) over 1000 slots; each thread hands about "
+               "half its live blocks to its successor. Ops are malloc and free calls.",
+    "larson": "larson_bench: T lanes, each a window of 5000 blocks (8..1000 B) replaced at random; "
+              "every 50000 replacements the window passes to a new thread and the old one exits. "
+              "Ops are replacements (a free and a malloc).",
     "orderbook": "build/orderbook replay: the order-book driver replaying a generated message "
                  "stream, T independent books on T threads. Ops are messages; latency per message. "
                  "cmalloc-pool: cmalloc with --alloc pool (orders from cmalloc's object pool).",
