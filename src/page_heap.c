@@ -1,7 +1,8 @@
 /* page_heap.c - the back end: spans of whole 8 KiB pages, split on demand, coalesced on free,
  * grown from the OS in chunks of at least 2 MiB, and given back to the OS by age.
  *
- *   free_lists[n]   free spans of exactly n pages, 1 <= n <= 128 (n = 0 unused)
+ *   free_lists[n]   free spans of exactly n pages, 1 <= n <= 128 (n = 0 unused); bit n of
+ *                   nonempty says whether the list has a span, so a search is a bit scan
  *   large_list      free spans of more than 128 pages, searched best fit
  *
  * Callers: the central cache (spans for size classes) and alloc.c (large allocations). One
@@ -26,6 +27,8 @@
 
 static cm_lock heap_lock = CM_LOCK_INIT;
 static cm_span *free_lists[CM_HEAP_LISTS + 1];
+static uint64_t nonempty[(CM_HEAP_LISTS + 64) / 64]; /* bit n: free_lists[n] has a span */
+_Static_assert(CM_HEAP_LISTS < 64 * (sizeof nonempty / sizeof nonempty[0]), "a bit per list");
 static cm_span *large_list;
 static size_t free_pages;          /* in FREE spans */
 static size_t released_pages;      /* in FREE spans given back to the OS */
@@ -47,6 +50,8 @@ static void list_insert(cm_span *span)
     if (*head)
         (*head)->prev = span;
     *head = span;
+    if (span->pages <= CM_HEAP_LISTS)
+        nonempty[span->pages / 64] |= (uint64_t)1 << (span->pages % 64);
     free_pages += span->pages;
     released_pages += span->released ? span->pages : 0;
 }
@@ -55,8 +60,8 @@ static void list_remove(cm_span *span)
 {
     if (span->prev)
         span->prev->next = span->next;
-    else
-        *list_for(span->pages) = span->next;
+    else if ((*list_for(span->pages) = span->next) == NULL && span->pages <= CM_HEAP_LISTS)
+        nonempty[span->pages / 64] &= ~((uint64_t)1 << (span->pages % 64));
     if (span->next)
         span->next->prev = span->prev;
     span->next = span->prev = NULL;
@@ -159,9 +164,12 @@ static bool grow_locked(size_t pages)
 static cm_span *find_locked(size_t pages)
 {
     CM_ASSERT(cm_lock_is_mine(&heap_lock));
-    for (size_t n = pages; n <= CM_HEAP_LISTS; n++)
-        if (free_lists[n])
-            return free_lists[n];
+    /* The smallest non-empty exact list of at least pages: the first bit set from there. */
+    for (size_t word = pages / 64; pages <= CM_HEAP_LISTS && word < sizeof nonempty / sizeof nonempty[0]; word++) {
+        uint64_t bits = nonempty[word] & (word == pages / 64 ? ~(uint64_t)0 << (pages % 64) : ~(uint64_t)0);
+        if (bits)
+            return free_lists[word * 64 + (size_t)__builtin_ctzll(bits)];
+    }
     cm_span *best = NULL;
     for (cm_span *s = large_list; s; s = s->next)
         if (s->pages >= pages && (best == NULL || s->pages < best->pages ||
@@ -401,6 +409,8 @@ bool cm_page_heap_valid(void)
             released += s->released ? s->pages : 0;
         }
     }
+    for (size_t n = 1; n <= CM_HEAP_LISTS; n++)
+        ok &= (free_lists[n] != NULL) == ((nonempty[n / 64] >> (n % 64)) & 1);
     ok &= pages == free_pages && released == released_pages;
     cm_lock_release(&heap_lock);
     return ok;
