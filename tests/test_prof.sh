@@ -10,7 +10,8 @@
 #   - the leak report names the leaking function and not the one that freed everything;
 #   - a guarded overflow and a guarded use after free die of SIGSEGV, the report naming the
 #     fault and the allocating (and freeing) function;
-#   - CMALLOC_PROF_SIGNAL writes a profile; fork beside threads with both features on;
+#   - CMALLOC_PROF_SIGNAL writes a profile; fork beside threads with both features on, and
+#     build/tests/test_threads (when built: make test builds it first) with both on;
 #   - the profiler's memory is fixed (the stats line), samples past the table are counted
 #     as dropped.
 # google-pprof comes from scripts/deps.sh (google-perftools).
@@ -71,6 +72,12 @@ ls "$tmp"/sig.*.0.heap >/dev/null 2>&1 && grep -q '^MAPPED_LIBRARIES:' "$tmp"/si
 
 # Fork beside allocating threads, profiler and guard on.
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=50 "$prog" fork || fail "fork with threads: status $?"
+
+# The thread tests (churn, cross-thread frees, fork with allocating atfork handlers) with both on.
+if [ -x build/tests/test_threads ]; then
+    CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=20 build/tests/test_threads >"$tmp/threads.txt" 2>&1 ||
+        { tail -20 "$tmp/threads.txt"; fail "test_threads with the profiler and guard on"; }
+fi
 
 # Bounded memory: every allocation sampled, more than the table holds.
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=1 "$prog" many 13000 >"$tmp/many.txt" || fail "many: status $?"
