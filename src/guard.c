@@ -9,7 +9,7 @@
  *                  [....object]^ the object ends at its page's end (its start rounded down to
  *                               16 bytes, as malloc promises), so its next byte is the guard
  *
- * Slots go never used -> live -> freed (inaccessible, pages given back) -> live again, taking
+ * Slots go never used -> live -> freed (inaccessible) -> live again, taking
  * never-used slots first and then the one freed longest ago (a FIFO), so a freed slot stays
  * inaccessible for as long as the pool allows. When every slot is live the allocation is served
  * normally: CMALLOC_GUARD_SLOTS bounds the memory (one resident page per live slot, plus the
@@ -21,7 +21,7 @@
  * the handler the program installed before cmalloc, or by restoring the default action and
  * returning, so that the access faults again and the process dies as it would have. A handler
  * the program installs later replaces this one (its choice). Faults elsewhere pass on untouched.
- * Lock: guard_lock guards the slot states and the freed FIFO, with mprotect/madvise done under
+ * Lock: guard_lock guards the slot states and the freed FIFO, with mprotect done under
  * it so a slot is never handed out before its page is closed; taken alone. The fault handler
  * reads the slots without it: the faulting thread may hold it.
  */
@@ -92,6 +92,7 @@ void *cm_guard_alloc(size_t size, uint32_t stack)
         cm_lock_release(&guard_lock);
         return NULL; /* every slot is live */
     }
+    /* A reused page keeps the old block's bytes, as any malloc'ed memory may (calloc clears). */
     if (cm_os_protect(slot_page(slot), PAGE, true)) {
         slots[slot] = (guard_slot){.state = SLOT_LIVE, .size = (uint32_t)size, .alloc_stack = stack};
         live_count++;
@@ -138,8 +139,9 @@ void cm_guard_free(void *p, const char *caller, uint32_t stack)
         cm_report_double_free(caller, p);
         return;
     }
+    /* Closed, not released: one system call per free, and the page (one of at most
+     * CMALLOC_GUARD_SLOTS) is still there, without a fault, when the slot is used again. */
     cm_os_protect(slot_page(slot), PAGE, false);
-    cm_os_release(slot_page(slot), PAGE);
     slots[slot].state = SLOT_FREED;
     slots[slot].free_stack = stack;
     slots[slot].next_freed = 0;

@@ -359,11 +359,15 @@ static void forget_sample(uintptr_t address)
 }
 
 /* ---- the sampling decision ---------------------------------------------------------------- */
+/* Seeds a thread's generator without a system call (thread churn pays for every one): a
+ * process-wide random key, the thread's own address and a count, mixed (splitmix64). */
 static void start_thread(sampler *s)
 {
-    s->random = (uint64_t)cm_os_random() ^ (uintptr_t)s;
-    if (s->random == 0)
-        s->random = 1;
+    static _Atomic uint64_t threads_started;
+    uint64_t z = cm_list_key ^ (uintptr_t)s ^ (__atomic_fetch_add(&threads_started, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    s->random = (z ^ (z >> 31)) | 1; /* xorshift needs a state other than 0 */
     s->bytes.left = draw(s, bytes_scale);
     s->allocs.left = draw(s, allocs_scale);
 }

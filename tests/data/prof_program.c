@@ -12,6 +12,9 @@
  *   fork            threads allocate and free while the main thread forks; children allocate,
  *                   dump a profile and exit
  *   many N          keeps N small blocks (to fill the sample table)
+ *   replace N K PATH  keeps N blocks, then K times frees a random one and allocates another in
+ *                   its place (the churn the sampler sees least of: README measures it); dumps
+ *                   to PATH and prints the truth
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -40,6 +43,17 @@ __attribute__((noinline)) void *estimate_large(size_t size) { return malloc(size
 __attribute__((noinline)) void *leaky_function(size_t size) { return malloc(size); }
 __attribute__((noinline)) char *make_buffer(size_t size) { return malloc(size); }
 __attribute__((noinline)) void release_buffer(char *p) { free(p); }
+
+/* Writes the profile and prints the true live bytes for the test to compare. */
+static int dump_and_print(const char *path, size_t live)
+{
+    if (cmalloc_prof_dump(path) != 0) {
+        perror("cmalloc_prof_dump");
+        return 1;
+    }
+    printf("%zu\n", live);
+    return 0;
+}
 
 static void *second_thread(void *arg)
 {
@@ -72,12 +86,7 @@ static int estimate(const char *path)
         free(kept[i]);
         live -= kept_sizes[i];
     }
-    if (cmalloc_prof_dump(path) != 0) {
-        perror("cmalloc_prof_dump");
-        return 1;
-    }
-    printf("%zu\n", live);
-    return 0;
+    return dump_and_print(path, live);
 }
 
 static int leak(void)
@@ -87,6 +96,29 @@ static int leak(void)
     for (int i = 0; i < 4000; i++)
         free(malloc(1000));
     return 0;
+}
+
+__attribute__((noinline)) void *replace_block(size_t size) { return malloc(size); }
+
+static int replace(size_t count, size_t times, const char *path)
+{
+    void **blocks = calloc(count, sizeof *blocks);
+    size_t *sizes = calloc(count, sizeof *sizes), live = 2 * count * sizeof(void *);
+    unsigned state = 5;
+    for (size_t i = 0; i < count; i++) {
+        sizes[i] = 16 + next_random(&state) % 1000;
+        blocks[i] = replace_block(sizes[i]);
+        live += sizes[i];
+    }
+    for (size_t k = 0; k < times; k++) {
+        size_t i = next_random(&state) % count;
+        free(blocks[i]);
+        live -= sizes[i];
+        sizes[i] = 16 + next_random(&state) % 1000;
+        blocks[i] = replace_block(sizes[i]);
+        live += sizes[i];
+    }
+    return dump_and_print(path, live);
 }
 
 static void *churn(void *arg)
@@ -163,6 +195,8 @@ int main(int argc, char **argv)
         cmalloc_stats_print(1);
         return 0;
     }
-    fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal | fork | many N\n");
+    if (strcmp(mode, "replace") == 0 && argc > 4)
+        return replace((size_t)atol(argv[2]), (size_t)atol(argv[3]), argv[4]);
+    fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal | fork | many N | replace N K PATH\n");
     return 2;
 }
