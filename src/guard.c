@@ -4,7 +4,8 @@
  * rest of the pool is cycled through, so that a use after free faults too. prof.c decides which
  * allocations (the slow-path countdown) and hands over their allocation and free stacks.
  *
- *   pool: reserved once, PROT_NONE except the data pages of live slots (PAGE = 4 KiB)
+ *   pool: reserved once, PROT_NONE except the data pages of live slots (PAGE = 4 KiB); each
+ *   data page is a mapping of its own (cm_os_separate), so opening and closing it is cheap
  *   | guard | slot 0 data | guard | slot 1 data | guard | ... | slot n-1 data | guard |
  *                  [....object]^ the object ends at its page's end (its start rounded down to
  *                               16 bytes, as malloc promises), so its next byte is the guard
@@ -267,9 +268,12 @@ bool cm_guard_init(void)
     if (count > SLOTS_MAX)
         count = SLOTS_MAX;
     slots = cm_metadata_alloc(count * sizeof(guard_slot));
-    void *pool = slots ? cm_os_reserve((2 * count + 1) * PAGE) : NULL;
+    char *pool = slots ? cm_os_reserve((2 * count + 1) * PAGE) : NULL;
     if (pool == NULL)
         return false;
+    for (size_t slot = 0; slot < count; slot++) /* each data page a mapping of its own */
+        if (!cm_os_separate(pool + (2 * slot + 1) * PAGE, PAGE))
+            return false;
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_sigaction = on_fault;

@@ -49,6 +49,7 @@ void *cm_os_map_aligned(size_t size, size_t alignment);
 void cm_os_unmap(void *address, size_t size);
 void cm_os_release(void *address, size_t size);
 void *cm_os_reserve(size_t size);
+bool cm_os_separate(void *address, size_t size);
 bool cm_os_protect(void *address, size_t size, bool accessible);
 bool cm_os_resize(void *address, size_t old_size, size_t new_size);
 bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t new_size);
