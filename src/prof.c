@@ -2,25 +2,31 @@
  * shares with guard.c (CMALLOC_GUARD_RATE). Everything here is off unless asked for.
  *
  * Where samples are taken. The inline fast paths have no test for sampling (their instruction
- * count is guarded by tests/test_fastpath_budget.sh), so the decision is made on the allocation
- * slow path: cm_alloc_slow calls cm_sample_alloc when cm_sampling is set. Each thread keeps two
- * countdowns: bytes to its next profile sample, drawn from an exponential distribution of mean
- * CMALLOC_PROF_RATE (the sample points are a Poisson process over the bytes allocated, so a
- * periodic allocation pattern cannot line up with them), and small allocations to its next
- * guarded one (geometric, mean CMALLOC_GUARD_RATE). Objects a slow path leaves on the thread's
- * free list, to be handed out later by fast-path pops, are charged to the countdowns at once,
- * and the list is cut short (the rest flushed to the central cache) so that the allocation that
- * crosses a countdown finds its list empty and comes back here:
+ * count is guarded by tests/test_fastpath_budget.sh), so every decision is made on slow paths,
+ * and sampling makes sure that every object a fast path hands out has passed one first:
+ *   - while sampling, a thread's lists show max_length 0, so every free fails the fast path's
+ *     length test and comes to cm_sample_free (the real max_length is parked in the thread's
+ *     sampler and handed back around each call into thread_cache.c, which grows and shrinks it);
+ *   - so an object reaches a list only through a slow path here (a free, or a refill by the
+ *     allocation slow path, cm_sample_alloc), and is charged to the thread's countdowns as it
+ *     does, as if allocated already; one that leaves a list unallocated (flushed) is refunded;
+ *   - fast-path pops then need no counting, and the list may hold only objects charged before
+ *     the next sample point: the object on which a countdown runs out is not put on the list (a
+ *     freed one goes to the central cache, a refill is cut short), and its class is marked
+ *     pending, so that the class's next allocation finds its list empty, comes here, and is the
+ *     sample:
  *
  *     bytes left: |----- three objects fit -----|x
  *     list after a refill  [a][b][c][d][e]  ->  [a][b][c]      [d][e] to the central cache;
  *                                                the fourth allocation is a slow one: sampled
  *
- * What this cannot see: an object that a thread frees into its own cache and allocates again
- * with no slow path in between is not counted (seeing it would need a counter on the fast
- * path). Memory that grows, and memory passed between threads, goes through here; memory churned
- * in place inside one thread's cache is under-represented (README, "Profiling and debugging in
- * production", measures it).
+ * Two countdowns per thread: bytes to the next profile sample, drawn from an exponential
+ * distribution of mean CMALLOC_PROF_RATE (the points are a Poisson process over the bytes
+ * allocated, so a periodic pattern cannot line up with them), and small allocations to the next
+ * guarded one (geometric, mean CMALLOC_GUARD_RATE). The price is that with either feature on
+ * every free takes the slow path (README: "Profiling and debugging in production" measures it);
+ * with both off nothing changes. Aligned allocations above 16 bytes (cm_alloc_aligned) bypass
+ * the sampler.
  *
  * A sampled allocation gets whole pages of its own from the page heap (a LARGE span even for a
  * small size), so its free cannot take the fast path and cm_sample_free drops it from the table.
@@ -93,6 +99,8 @@ typedef struct sampler {
     countdown allocs;            /* guarded allocations: units are small allocations */
     uint64_t random;             /* xorshift state; 0 until the thread's first sampling */
     int busy;                    /* inside the sampler: allocations it causes are plain */
+    cm_thread_cache *cache;      /* the thread's cache whose lists are parked, or NULL */
+    uint32_t max_length[CM_CLASSES_MAX]; /* its lists' real max_length, while they show 0 */
 } sampler;
 
 int cm_sampling;
@@ -442,16 +450,52 @@ static void cut_list(cm_thread_cache *cache, unsigned size_class, uint32_t keep)
     }
 }
 
-/* After a slow-path allocation of class size_class, the objects left on the thread's list will
- * be allocated by fast-path pops: charge them now, keeping only those before the next point of
- * either countdown. */
+/* Hands list size_class its real max_length back for a call into thread_cache.c. */
+static void unpark(sampler *s, unsigned size_class)
+{
+    if (s->cache != NULL && s->cache == cm_thread_cache_current)
+        s->cache->lists[size_class].max_length = s->max_length[size_class];
+}
+
+/* Parks list size_class's max_length again (every list's, when the call made the cache). The
+ * shared empty cache (a thread with no cache yet, or exiting) already shows 0 everywhere and is
+ * never written. */
+static void park(sampler *s, unsigned size_class)
+{
+    cm_thread_cache *cache = cm_thread_cache_current;
+    if (cache->max_size == 0)
+        return;
+    unsigned first = size_class, last = size_class;
+    if (cache != s->cache) {
+        s->cache = cache;
+        first = 1;
+        last = cm_class_count - 1;
+    }
+    for (unsigned c = first; c <= last; c++) {
+        s->max_length[c] = cache->lists[c].max_length;
+        cache->lists[c].max_length = 0;
+    }
+}
+
+/* Charges the bytes a call into the thread cache added to its lists, or refunds those it
+ * flushed: before was cache->size at the call, not counting allocated, objects it returned. */
+static void charge_bytes(sampler *s, size_t before, size_t allocated)
+{
+    cm_thread_cache *cache = cm_thread_cache_current;
+    if (prof_on && cache == s->cache)
+        s->bytes.left -= (int64_t)(cache->size + allocated) - (int64_t)before;
+}
+
+/* After a slow-path allocation of class size_class refilled its list: the objects left there
+ * will be allocated by fast-path pops, so they are charged now, keeping only those before the
+ * next point of either countdown. */
 static void charge_list(sampler *s, unsigned size_class)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
     cm_free_list *list = &cache->lists[size_class];
     int64_t size = cm_classes[size_class].size;
     uint64_t count = list->length, keep = count;
-    if (count == 0)
+    if (count == 0 || cache != s->cache)
         return;
     if (prof_on)
         keep = countdown_fit(&s->bytes, keep, size);
@@ -463,6 +507,65 @@ static void charge_list(sampler *s, unsigned size_class)
         countdown_commit(s, &s->allocs, allocs_scale, size_class, keep, count, 1);
     if (keep < count)
         cut_list(cache, size_class, (uint32_t)keep);
+}
+
+/* Whether a freed object of size_class must skip the list: its class waits for a sampled
+ * allocation (the list must drain), or a countdown runs out on it (it becomes that one). */
+static bool point_on_push(sampler *s, countdown *c, double scale, unsigned size_class, int64_t units)
+{
+    uint64_t bit = (uint64_t)1 << (size_class % 64);
+    if (c->pending[size_class / 64] & bit)
+        return true;
+    if (c->left - units > 0)
+        return false;
+    c->pending[size_class / 64] |= bit;
+    c->left = draw(s, scale);
+    return true;
+}
+
+/* A free of a small object (every one comes here while sampling): pushed on the thread's list
+ * through thread_cache.c, and charged; or, on a sample point, handed to the central cache. */
+static bool free_small(sampler *s, void *p, unsigned size_class)
+{
+    cm_thread_cache *cache = cm_thread_cache_current;
+    cm_free_list *list = &cache->lists[size_class];
+    int64_t size = cm_classes[size_class].size;
+    if (p == list->head)
+        return false; /* a double free: the ordinary path reports it */
+    if (cache == s->cache) {
+        bool skip = prof_on && point_on_push(s, &s->bytes, bytes_scale, size_class, size);
+        if (guardable((size_t)size))
+            skip |= point_on_push(s, &s->allocs, allocs_scale, size_class, 1);
+        if (skip) {
+            cm_link_set(p, NULL);
+            cm_central_flush(size_class, p, 1);
+            return true;
+        }
+        /* The common case, the push the fast path would have made (same tests), done here so
+         * that every free is not also a call into thread_cache.c. */
+        if (list->length < s->max_length[size_class] && cache->size + (size_t)size <= cache->max_size) {
+            cm_link_set(p, list->head);
+            list->head = p;
+            list->length++;
+            cache->size += (size_t)size;
+            if (prof_on)
+                s->bytes.left -= size;
+            if (guardable((size_t)size))
+                s->allocs.left--;
+            return true;
+        }
+    }
+    size_t before = cache->size;
+    uint32_t length = cache->lists[size_class].length;
+    unpark(s, size_class);
+    cm_thread_cache_free_slow(p, size_class);
+    park(s, size_class);
+    if (cache == s->cache && cache == cm_thread_cache_current) {
+        charge_bytes(s, before, 0);
+        if (guardable((size_t)size))
+            s->allocs.left -= (int64_t)cache->lists[size_class].length - (int64_t)length;
+    }
+    return true;
 }
 
 /* A sampled allocation's own pages, so that freeing it comes to cm_sample_free. */
@@ -492,8 +595,15 @@ void *cm_sample_alloc(size_t size)
     bool guard_due = guardable(charge) && countdown_due(s, &s->allocs, allocs_scale, size_class, 1);
     bool prof_due = prof_on && countdown_due(s, &s->bytes, bytes_scale, size_class, (int64_t)charge);
     if (!guard_due && !prof_due) {
+        if (size_class == 0)
+            return cm_alloc_unchecked(size);
+        size_t before = cm_thread_cache_current->size;
+        unpark(s, size_class);
         void *p = cm_alloc_unchecked(size);
-        if (p != NULL && size_class != 0)
+        park(s, size_class);
+        /* what a scavenge inside flushed is refunded; the refill left on the list is charged */
+        charge_bytes(s, before + (size_t)cm_thread_cache_current->lists[size_class].length * charge, 0);
+        if (p != NULL)
             charge_list(s, size_class);
         return p;
     }
@@ -512,8 +622,25 @@ void *cm_sample_alloc(size_t size)
     return p;
 }
 
+/* The size class of p when it is the start of an object of a SMALL span (the free fast path's
+ * test), else 0. */
+static unsigned small_class_of(const void *p)
+{
+    cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
+    size_t index = cm_pagemap_index(p);
+    unsigned size_class = leaf ? leaf->size_classes[index] : 0;
+    if (size_class == 0)
+        return 0;
+    uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) | ((uintptr_t)p & (CM_PAGE_SIZE - 1));
+    uint64_t magic = cm_classes[size_class].divisor_magic;
+    return offset * magic < magic ? size_class : 0;
+}
+
 bool cm_sample_free(void *p, const char *caller)
 {
+    unsigned size_class = small_class_of(p);
+    if (size_class != 0)
+        return !thread_sampler.busy && free_small(&thread_sampler, p, size_class);
     if (cm_guard_owns(p)) {
         sampler *s = &thread_sampler;
         uint32_t stack = 0;
@@ -532,11 +659,20 @@ bool cm_sample_free(void *p, const char *caller)
     return false;
 }
 
-/* realloc of a guarded or sampled block always moves it (through the sampler again). */
+/* realloc while sampling: a guarded or sampled block always moves (through the sampler again);
+ * a small one stays when cm_realloc would keep it, else moves with its free through
+ * cm_sample_free (cm_realloc's own move would hand it to the thread cache unseen). */
 bool cm_sample_realloc(void *p, size_t size, void **moved)
 {
     size_t old;
-    if (cm_guard_owns(p))
+    unsigned size_class = small_class_of(p);
+    if (size_class != 0) {
+        old = cm_classes[size_class].size;
+        if (size <= old && size >= old / 2) {
+            *moved = p;
+            return true;
+        }
+    } else if (cm_guard_owns(p))
         old = cm_guard_usable_size(p);
     else if (is_sampled(p))
         old = cm_usable_size_unchecked(p);

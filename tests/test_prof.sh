@@ -2,10 +2,11 @@
 # test_prof.sh - the heap profiler and guarded allocations, from the outside: one program
 # (tests/data/prof_program.c, linked with -lcmalloc and -rdynamic) run in each mode with the
 # options set, its output and exit status checked.
-#   - sampling is unbiased: the profile's estimate of a known live heap (mixed sizes, large
-#     blocks, half freed, a second thread's blocks) is within 10% of the truth, at a rate that
-#     gives about 2000 samples (10% is over 4 standard deviations: a false failure is rarer
-#     than one run in 10,000);
+#   - sampling is unbiased: the profile's estimate of a known live heap is within 10% of the
+#     truth, for a grown heap (mixed sizes, large blocks, half freed, a second thread's blocks)
+#     and for one churned in place (blocks replaced at random, so most allocations reuse blocks
+#     the same thread freed), at rates that give 2000-3000 samples (10% is over 4 standard
+#     deviations: a false failure is rarer than one run in 10,000);
 #   - google-pprof --text reads the dump and names the allocating functions;
 #   - the leak report names the leaking function and not the one that freed everything;
 #   - a guarded overflow and a guarded use after free die of SIGSEGV, the report naming the
@@ -24,17 +25,23 @@ prog="$tmp/prof_program"
 ${CC:-cc} -O1 -g -rdynamic -Iinclude tests/data/prof_program.c -o "$prog" -Lbuild -lcmalloc \
     -Wl,-rpath,"$PWD/build" -pthread || { echo "test_prof: cannot build the test program"; exit 1; }
 
-# Sampling estimate: within 10% of the truth (the dump's first line: in-use count: bytes).
+# Sampling estimates within 10% of the truth (the dump's first line: in-use count: bytes).
+within_ten_percent() { # what, truth, profile
+    estimate=$(sed -n '1s/^heap profile: *[0-9]*: *\([0-9]*\) .*/\1/p' "$3")
+    if [ -z "$2" ] || [ -z "$estimate" ]; then
+        fail "$1: no truth ($2) or no profile ($estimate)"
+        return
+    fi
+    off=$(awk -v e="$estimate" -v t="$2" 'BEGIN { printf "%.1f", (e - t) / t * 100 }')
+    echo "$1: $estimate bytes live estimated, truth $2 ($off%)"
+    awk -v e="$estimate" -v t="$2" 'BEGIN { exit !(e > 0.9 * t && e < 1.1 * t) }' ||
+        fail "$1: estimate $estimate is not within 10% of $2"
+}
 truth=$(CMALLOC_PROF=1 CMALLOC_PROF_RATE=16K "$prog" estimate "$tmp/estimate.heap")
-estimate=$(sed -n '1s/^heap profile: *[0-9]*: *\([0-9]*\) .*/\1/p' "$tmp/estimate.heap")
-if [ -z "$truth" ] || [ -z "$estimate" ]; then
-    fail "estimate: no truth ($truth) or no profile ($estimate)"
-else
-    off=$(awk -v e="$estimate" -v t="$truth" 'BEGIN { d = (e - t) / t * 100; printf "%.1f", d }')
-    echo "estimate: $estimate bytes live, truth $truth ($off%)"
-    awk -v e="$estimate" -v t="$truth" 'BEGIN { exit !(e > 0.9 * t && e < 1.1 * t) }' ||
-        fail "estimate $estimate is not within 10% of $truth"
-fi
+within_ten_percent "grown heap" "$truth" "$tmp/estimate.heap"
+# A heap churned in place: blocks freed into the thread's cache and allocated again from it.
+truth=$(CMALLOC_PROF=1 CMALLOC_PROF_RATE=8K "$prog" replace 50000 500000 "$tmp/replace.heap")
+within_ten_percent "churned heap" "$truth" "$tmp/replace.heap"
 
 # pprof reads it and names the allocating functions.
 if command -v google-pprof >/dev/null; then
