@@ -6,6 +6,7 @@
 #   off     no CMALLOC_ options
 #   prof    CMALLOC_PROF=1 (default rate, 512 KiB)
 #   guard   CMALLOC_GUARD_RATE=1000
+#   prof0, guard0   the same with CMALLOC_SAMPLE_EXACT=0
 #
 #   scripts/prof-cost.sh [--reps N] [--seconds S] [--threads "1 2"]
 #
@@ -45,6 +46,8 @@ run() { # config, command...: prints ops/s
     off) env LD_PRELOAD="$lib" "$@" ;;
     prof) env CMALLOC_PROF=1 LD_PRELOAD="$lib" "$@" ;;
     guard) env CMALLOC_GUARD_RATE=1000 LD_PRELOAD="$lib" "$@" ;;
+    prof0) env CMALLOC_PROF=1 CMALLOC_SAMPLE_EXACT=0 LD_PRELOAD="$lib" "$@" ;;
+    guard0) env CMALLOC_GUARD_RATE=1000 CMALLOC_SAMPLE_EXACT=0 LD_PRELOAD="$lib" "$@" ;;
     esac 2>&1 | sed -n 's/.*ops_per_sec=\([0-9]*\).*/\1/p; s/^messages_per_second: *//p'
 }
 
@@ -55,7 +58,7 @@ for r in $(seq "$reps"); do
             orderbook) [ "$t" = 1 ] || continue; args="" ;;
             *) args="--threads $t --seconds $seconds" ;;
             esac
-            for config in off prof guard; do
+            for config in off prof guard prof0 guard0; do
                 # shellcheck disable=SC2086
                 value=$(run "$config" $command $args)
                 echo "$name $t $config $r $value" >>"$tmp/results"
@@ -71,13 +74,14 @@ runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     name, threads, config, rep, value = line.split()
     runs[(name, int(threads))].setdefault(config, {})[rep] = float(value)
-print("| workload | threads | off (ops/s) | prof × off | guard × off |")
-print("|---|---:|---:|---:|---:|")
+configs_shown = ("prof", "guard", "prof0", "guard0")
+print("| workload | threads | off (ops/s) | prof × off | guard × off | prof, exact=0 | guard, exact=0 |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 for (name, threads), configs in runs.items():
     off = configs["off"]
     cells = []
-    for config in ("prof", "guard"):
+    for config in configs_shown:
         ratios = sorted(configs[config][r] / off[r] for r in off if r in configs[config])
         cells.append("%.3f (%.2f..%.2f)" % (statistics.median(ratios), ratios[0], ratios[-1]))
-    print("| %s | %d | %.0f | %s | %s |" % (name, threads, statistics.median(off.values()), *cells))
+    print("| %s | %d | %.0f | %s |" % (name, threads, statistics.median(off.values()), " | ".join(cells)))
 EOF

@@ -95,6 +95,7 @@ typedef struct cm_options {
     size_t prof_leaks;          /* print the live samples by stack at exit */
     const char *prof_dump;      /* path for the profile written at exit, or NULL */
     const char *prof_signal;    /* signal name or number that asks for a profile, or NULL */
+    size_t sample_exact;        /* sampling sees every free (prof.c parks the lists) */
     size_t guard_rate;          /* one small allocation in this many is guarded (guard.c); 0 off */
     size_t guard_slots;         /* guarded allocations live or quarantined at once, at most */
 } cm_options;

@@ -25,8 +25,10 @@
  * allocated, so a periodic pattern cannot line up with them), and small allocations to the next
  * guarded one (geometric, mean CMALLOC_GUARD_RATE). The price is that with either feature on
  * every free takes the slow path (README: "Profiling and debugging in production" measures it);
- * with both off nothing changes. Aligned allocations above 16 bytes (cm_alloc_aligned) bypass
- * the sampler.
+ * with both off nothing changes. CMALLOC_SAMPLE_EXACT=0 leaves the lists' max_length alone:
+ * frees stay fast, and a block freed into a thread's cache and allocated again from it is not
+ * counted (the sampler sees only what passes the central cache). Aligned allocations above 16
+ * bytes (cm_alloc_aligned) bypass the sampler.
  *
  * A sampled allocation gets whole pages of its own from the page heap (a LARGE span even for a
  * small size), so its free cannot take the fast path and cm_sample_free drops it from the table.
@@ -453,7 +455,7 @@ static void cut_list(cm_thread_cache *cache, unsigned size_class, uint32_t keep)
 /* Hands list size_class its real max_length back for a call into thread_cache.c. */
 static void unpark(sampler *s, unsigned size_class)
 {
-    if (s->cache != NULL && s->cache == cm_thread_cache_current)
+    if (cm_option.sample_exact && s->cache != NULL && s->cache == cm_thread_cache_current)
         s->cache->lists[size_class].max_length = s->max_length[size_class];
 }
 
@@ -465,6 +467,10 @@ static void park(sampler *s, unsigned size_class)
     cm_thread_cache *cache = cm_thread_cache_current;
     if (cache->max_size == 0)
         return;
+    if (!cm_option.sample_exact) { /* CMALLOC_SAMPLE_EXACT=0: lists keep their max_length */
+        s->cache = cache;
+        return;
+    }
     unsigned first = size_class, last = size_class;
     if (cache != s->cache) {
         s->cache = cache;
@@ -543,7 +549,8 @@ static bool free_small(sampler *s, void *p, unsigned size_class)
         }
         /* The common case, the push the fast path would have made (same tests), done here so
          * that every free is not also a call into thread_cache.c. */
-        if (list->length < s->max_length[size_class] && cache->size + (size_t)size <= cache->max_size) {
+        if (cm_option.sample_exact && list->length < s->max_length[size_class] &&
+            cache->size + (size_t)size <= cache->max_size) {
             cm_link_set(p, list->head);
             list->head = p;
             list->length++;
