@@ -102,6 +102,7 @@ typedef struct sampler {
     uint64_t random;             /* xorshift state; 0 until the thread's first sampling */
     int busy;                    /* inside the sampler: allocations it causes are plain */
     cm_thread_cache *cache;      /* the thread's cache whose lists are parked, or NULL */
+    uint16_t refused[CM_CLASSES_MAX]; /* frees kept off a pending class's list, in a row */
     uint32_t max_length[CM_CLASSES_MAX]; /* its lists' real max_length, while they show 0 */
 } sampler;
 
@@ -397,6 +398,12 @@ static bool countdown_due(sampler *s, countdown *c, double scale, unsigned size_
     return true;
 }
 
+static void set_pending(sampler *s, countdown *c, unsigned size_class)
+{
+    c->pending[size_class / 64] |= (uint64_t)1 << (size_class % 64);
+    s->refused[size_class] = 0;
+}
+
 /* How many of count objects of units each fit before the next point. */
 static uint64_t countdown_fit(const countdown *c, uint64_t count, int64_t units)
 {
@@ -411,7 +418,7 @@ static void countdown_commit(sampler *s, countdown *c, double scale, unsigned si
                              uint64_t keep, uint64_t count, int64_t units)
 {
     if (keep < count && countdown_fit(c, count, units) == keep) {
-        c->pending[size_class / 64] |= (uint64_t)1 << (size_class % 64);
+        set_pending(s, c, size_class);
         c->left = draw(s, scale);
     } else {
         c->left -= (int64_t)keep * units;
@@ -515,16 +522,33 @@ static void charge_list(sampler *s, unsigned size_class)
         cut_list(cache, size_class, (uint32_t)keep);
 }
 
-/* Whether a freed object of size_class must skip the list: its class waits for a sampled
- * allocation (the list must drain), or a countdown runs out on it (it becomes that one). */
+#define REFUSALS_MAX 64 /* frees of a pending class kept off its list before giving the point up */
+
+/* Whether a countdown runs out on a freed object of size_class (about to be charged as a
+ * future allocation), or the class already waits for its sampled allocation. */
+static bool point_near(const countdown *c, unsigned size_class, int64_t units)
+{
+    return (c->pending[size_class / 64] >> (size_class % 64) & 1) || c->left - units <= 0;
+}
+
+/* Whether the freed object must skip the list: the countdown runs out on it (it is the point:
+ * its class becomes pending), or its class waits for its sampled allocation, so the list must
+ * drain. A thread that only frees a class (a consumer) never allocates the pending one: after
+ * REFUSALS_MAX frees the point is given up (it fell on a block that thread would only have
+ * flushed), rather than sending every free of the class to the central cache one by one. */
 static bool point_on_push(sampler *s, countdown *c, double scale, unsigned size_class, int64_t units)
 {
     uint64_t bit = (uint64_t)1 << (size_class % 64);
-    if (c->pending[size_class / 64] & bit)
-        return true;
-    if (c->left - units > 0)
+    if (c->pending[size_class / 64] & bit) {
+        if (++s->refused[size_class] <= REFUSALS_MAX)
+            return true;
+        c->pending[size_class / 64] &= ~bit;
+    }
+    if (c->left - units > 0) {
+        c->left -= units;
         return false;
-    c->pending[size_class / 64] |= bit;
+    }
+    set_pending(s, c, size_class);
     c->left = draw(s, scale);
     return true;
 }
@@ -538,11 +562,28 @@ static bool free_small(sampler *s, void *p, unsigned size_class)
     int64_t size = cm_classes[size_class].size;
     if (p == list->head)
         return false; /* a double free: the ordinary path reports it */
+    bool guarded_class = guardable((size_t)size);
     if (cache == s->cache) {
+        if (((prof_on && point_near(&s->bytes, size_class, size)) ||
+             (guarded_class && point_near(&s->allocs, size_class, 1))) && list->length > 0) {
+            /* first give the list's blocks back, unallocated (refunded): often the point then
+             * falls further on, and the list is empty for a pending sample */
+            uint32_t count = list->length;
+            cut_list(cache, size_class, 0);
+            if (prof_on)
+                s->bytes.left += (int64_t)count * size;
+            if (guarded_class)
+                s->allocs.left += count;
+        }
+        /* charges the block when it goes on the list */
         bool skip = prof_on && point_on_push(s, &s->bytes, bytes_scale, size_class, size);
-        if (guardable((size_t)size))
+        if (guarded_class)
             skip |= point_on_push(s, &s->allocs, allocs_scale, size_class, 1);
         if (skip) {
+            if (prof_on && !(s->bytes.pending[size_class / 64] >> (size_class % 64) & 1))
+                s->bytes.left += size; /* charged by one countdown, but not pushed */
+            if (guarded_class && !(s->allocs.pending[size_class / 64] >> (size_class % 64) & 1))
+                s->allocs.left += 1;
             cm_link_set(p, NULL);
             cm_central_flush(size_class, p, 1);
             return true;
@@ -555,12 +596,13 @@ static bool free_small(sampler *s, void *p, unsigned size_class)
             list->head = p;
             list->length++;
             cache->size += (size_t)size;
-            if (prof_on)
-                s->bytes.left -= size;
-            if (guardable((size_t)size))
-                s->allocs.left--;
             return true;
         }
+        /* thread_cache.c pushes it (and may flush): charged above, refunds counted below */
+        if (prof_on)
+            s->bytes.left += size;
+        if (guarded_class)
+            s->allocs.left += 1;
     }
     size_t before = cache->size;
     uint32_t length = cache->lists[size_class].length;
@@ -569,7 +611,7 @@ static bool free_small(sampler *s, void *p, unsigned size_class)
     park(s, size_class);
     if (cache == s->cache && cache == cm_thread_cache_current) {
         charge_bytes(s, before, 0);
-        if (guardable((size_t)size))
+        if (guarded_class)
             s->allocs.left -= (int64_t)cache->lists[size_class].length - (int64_t)length;
     }
     return true;
