@@ -113,6 +113,7 @@ static stack_entry *stacks;      /* STACK_SLOTS entries */
 static sample *samples;          /* SAMPLE_SLOTS entries */
 static size_t stack_count, sample_count, samples_dropped, table_bytes;
 static double bytes_scale;       /* the mean distance between profile samples, in bytes */
+static uint8_t guard_unit[CM_CLASSES_MAX]; /* 1 for classes guard.c may take, else 0 */
 static double allocs_scale;      /* -1 / ln(1 - 1/CMALLOC_GUARD_RATE); 0 when the rate is 1 */
 static uintptr_t own_text_start, own_text_end; /* libcmalloc.so's code; empty when linked in */
 static volatile sig_atomic_t dump_requested;
@@ -379,8 +380,9 @@ static void start_thread(sampler *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     s->random = (z ^ (z >> 31)) | 1; /* xorshift needs a state other than 0 */
-    s->bytes.left = draw(s, bytes_scale);
-    s->allocs.left = draw(s, allocs_scale);
+    /* a countdown that is off never runs out (2^61 bytes), so the free path needs no test */
+    s->bytes.left = prof_on ? draw(s, bytes_scale) : INT64_MAX / 4;
+    s->allocs.left = guard_on ? draw(s, allocs_scale) : INT64_MAX / 4;
 }
 
 /* Whether a slow-path allocation of size_class (0: large) costing units holds a sample point. */
@@ -555,8 +557,10 @@ static bool point_on_push(sampler *s, countdown *c, double scale, unsigned size_
 
 /* A free of a small object (every one comes here while sampling): pushed on the thread's list
  * through thread_cache.c, and charged; or, on a sample point, handed to the central cache. */
-static bool free_small(sampler *s, void *p, unsigned size_class)
+static CM_NOINLINE bool free_small(sampler *s, void *p, unsigned size_class)
 {
+    if (CM_UNLIKELY(s->random == 0))
+        start_thread(s);
     cm_thread_cache *cache = cm_thread_cache_current;
     cm_free_list *list = &cache->lists[size_class];
     int64_t size = cm_classes[size_class].size;
@@ -586,16 +590,6 @@ static bool free_small(sampler *s, void *p, unsigned size_class)
                 s->allocs.left += 1;
             cm_link_set(p, NULL);
             cm_central_flush(size_class, p, 1);
-            return true;
-        }
-        /* The common case, the push the fast path would have made (same tests), done here so
-         * that every free is not also a call into thread_cache.c. */
-        if (cm_option.sample_exact && list->length < s->max_length[size_class] &&
-            cache->size + (size_t)size <= cache->max_size) {
-            cm_link_set(p, list->head);
-            list->head = p;
-            list->length++;
-            cache->size += (size_t)size;
             return true;
         }
         /* thread_cache.c pushes it (and may flush): charged above, refunds counted below */
@@ -688,8 +682,27 @@ static unsigned small_class_of(const void *p)
 bool cm_sample_free(void *p, const char *caller)
 {
     unsigned size_class = small_class_of(p);
-    if (size_class != 0)
-        return !thread_sampler.busy && free_small(&thread_sampler, p, size_class);
+    if (size_class != 0) {
+        /* Most frees: the push the fast path would have made (its tests, against the parked
+         * max_length), charged, with no sample point near. The rest: free_small. */
+        sampler *s = &thread_sampler;
+        cm_thread_cache *cache = cm_thread_cache_current;
+        cm_free_list *list = &cache->lists[size_class];
+        int64_t size = cm_classes[size_class].size, unit = guard_unit[size_class];
+        uint64_t pending = s->bytes.pending[size_class / 64] | s->allocs.pending[size_class / 64];
+        if (CM_LIKELY(cache == s->cache && !(pending >> (size_class % 64) & 1) && s->bytes.left > size &&
+                      s->allocs.left > unit && list->length < s->max_length[size_class] &&
+                      cache->size + (size_t)size <= cache->max_size && p != list->head && !s->busy)) {
+            cm_link_set(p, list->head);
+            list->head = p;
+            list->length++;
+            cache->size += (size_t)size;
+            s->bytes.left -= size;
+            s->allocs.left -= unit;
+            return true;
+        }
+        return !s->busy && free_small(s, p, size_class);
+    }
     if (cm_guard_owns(p)) {
         sampler *s = &thread_sampler;
         uint32_t stack = 0;
@@ -1039,6 +1052,8 @@ void cm_prof_init(void)
         allocs_scale = -1 / (log_of(cm_option.guard_rate - 1) - log_of(cm_option.guard_rate));
     prof_on = cm_option.prof && tables_init();
     guard_on = cm_option.guard_rate && tables_init() && cm_guard_init();
+    for (unsigned c = 1; c < cm_class_count; c++)
+        guard_unit[c] = guard_on && cm_classes[c].size <= CM_GUARD_MAX_SIZE;
     if (prof_on && cm_option.prof_signal)
         install_dump_signal();
     cm_sampling = prof_on || guard_on;
