@@ -322,7 +322,7 @@ size_t cm_usable_size(const void *p)
     if (CM_UNLIKELY(cm_option.check) && cm_check_usable_size(p, &size))
         return size;
     if (CM_UNLIKELY(cm_sampling) && cm_guard_owns(p))
-        return cm_guard_usable_size(p);
+        return cm_guard_usable_size(p, "malloc_usable_size");
     return cm_usable_size_unchecked(p);
 }
 

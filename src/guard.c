@@ -155,16 +155,20 @@ void cm_guard_free(void *p, const char *caller, uint32_t stack)
     cm_lock_release(&guard_lock);
 }
 
-/* The usable size of a live guarded block (its rounded size: all of it is before the guard),
- * 0 for anything else (free then reports it). */
-size_t cm_guard_usable_size(const void *p)
+/* The usable size of a live guarded block (its rounded size: all of it is before the guard);
+ * anything else is reported as free would report it, and has size 0. */
+size_t cm_guard_usable_size(const void *p, const char *caller)
 {
     uint32_t slot = slot_of((uintptr_t)p);
     cm_lock_acquire(&guard_lock);
-    size_t size = slot < slot_count && slots[slot].state == SLOT_LIVE && (uintptr_t)p == slot_object(slot)
-                      ? rounded_size(slots[slot].size)
-                      : 0;
+    bool start = slot < slot_count && slots[slot].state != SLOT_NEVER && (uintptr_t)p == slot_object(slot);
+    uint32_t state = start ? slots[slot].state : SLOT_NEVER;
+    size_t size = state == SLOT_LIVE ? rounded_size(slots[slot].size) : 0;
     cm_lock_release(&guard_lock);
+    if (state == SLOT_FREED)
+        cm_report_double_free(caller, p);
+    else if (state == SLOT_NEVER)
+        report_bad_free(caller, p);
     return size;
 }
 

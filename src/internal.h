@@ -247,7 +247,7 @@ bool cm_guard_init(void);
 void *cm_guard_alloc(size_t size, uint32_t stack);
 bool cm_guard_owns(const void *p);
 void cm_guard_free(void *p, const char *caller, uint32_t stack);
-size_t cm_guard_usable_size(const void *p);
+size_t cm_guard_usable_size(const void *p, const char *caller);
 size_t cm_guard_bytes(size_t *live);
 void cm_guard_fork(int phase);
 

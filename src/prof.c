@@ -735,7 +735,7 @@ bool cm_sample_realloc(void *p, size_t size, void **moved)
             return true;
         }
     } else if (cm_guard_owns(p))
-        old = cm_guard_usable_size(p);
+        old = cm_guard_usable_size(p, "realloc");
     else if (is_sampled(p))
         old = cm_usable_size_unchecked(p);
     else
