@@ -64,7 +64,7 @@ def segments(path):
 
 
 def symbolise(addresses, maps):
-    """Maps each address to a function name (or file+offset)."""
+    """Maps each address to its functions, innermost (inlined) first, or [file+offset]."""
     names, per_file = {}, collections.defaultdict(list)
     for address in addresses:
         for start, end, offset, path in maps:
@@ -73,7 +73,7 @@ def symbolise(addresses, maps):
                 per_file[path].append((address, address - 1 - start + offset))
                 break
         else:
-            names[address] = hex(address)
+            names[address] = [hex(address)]
     for path, items in per_file.items():
         loads = segments(path) if os.path.exists(path) else []
         elf = []
@@ -85,15 +85,24 @@ def symbolise(addresses, maps):
             elf.append(vaddr)
         found = []
         if loads:
+            # -i: the functions inlined at an address too, innermost first; each address is
+            # followed by 0, which names nothing ("??"), to mark where its answer ends
+            query = [a for v in elf for a in (hex(v), "0x0")]
             try:
-                out = subprocess.run(["addr2line", "-f", "-C", "-e", path] + [hex(v) for v in elf],
+                out = subprocess.run(["addr2line", "-f", "-i", "-C", "-e", path] + query,
                                      capture_output=True, text=True).stdout.splitlines()
-                found = out[0::2]
             except OSError:
-                pass
+                out = []
+            chain = []
+            for function in out[0::2]:
+                if function == "??":
+                    found.append(chain)
+                    chain = []
+                else:
+                    chain.append(function)
         for i, (address, file_offset) in enumerate(items):
-            name = found[i] if i < len(found) else "??"
-            names[address] = name if name != "??" else "%s+%#x" % (os.path.basename(path), file_offset)
+            chain = found[i] if i < len(found) and found[i] else None
+            names[address] = chain or ["%s+%#x" % (os.path.basename(path), file_offset)]
     return names
 
 
@@ -101,7 +110,7 @@ def fold(stacks, names):
     """Sums values by stack of names, outermost caller first."""
     folded = collections.Counter()
     for value, addresses in stacks:
-        frames = [names[a] for a in reversed(addresses)]
+        frames = [f for a in reversed(addresses) for f in reversed(names[a])]
         folded[tuple(frames)] += value
     return folded
 
