@@ -9,6 +9,11 @@
 #   prof0, guard0   the same with CMALLOC_SAMPLE_EXACT=0
 #
 #   scripts/prof-cost.sh [--reps N] [--seconds S] [--threads "1 2"]
+#   scripts/prof-cost.sh --instructions
+#
+# --instructions counts instead, with callgrind as tests/test_fastpath_budget.sh does, the
+# instructions of a malloc+free pair that hits the thread cache (64 and 1000 bytes) in each
+# setting: a figure the machine's load does not change.
 #
 # Prints a Markdown table. On a shared or busy machine differences of a few percent are noise:
 # look at the spread (min..max of the ratios) printed beside each median.
@@ -16,15 +21,42 @@ set -eu
 reps=5
 seconds=0.5
 threads="1 2"
+instructions=0
 while [ $# -gt 0 ]; do
     case "$1" in
+    --instructions) instructions=1 ;;
     --reps) reps=$2; shift ;;
     --seconds) seconds=$2; shift ;;
     --threads) threads=$2; shift ;;
-    *) echo "usage: $0 [--reps N] [--seconds S] [--threads \"1 2\"]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--reps N] [--seconds S] [--threads \"1 2\"] | --instructions" >&2; exit 2 ;;
     esac
     shift
 done
+settings="off|
+prof|CMALLOC_PROF=1
+guard|CMALLOC_GUARD_RATE=1000
+prof0|CMALLOC_PROF=1 CMALLOC_SAMPLE_EXACT=0
+guard0|CMALLOC_GUARD_RATE=1000 CMALLOC_SAMPLE_EXACT=0"
+if [ "$instructions" = 1 ]; then
+    make -s all
+    cc -O2 -fno-builtin tests/data/fastpath_pair.c -o build/tests/fastpath_pair
+    count() { # settings, pairs, size: instructions of the whole run
+        env $1 LD_PRELOAD="$PWD/build/libcmalloc.so" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+            build/tests/fastpath_pair "$2" "$3" 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,
+    }
+    echo "| setting | malloc(64)+free | malloc(1000)+free |"
+    echo "|---|---:|---:|"
+    echo "$settings" | while IFS='|' read -r name environment; do
+        line="| $name \`${environment:-(none)}\` |"
+        for size in 64 1000; do
+            base=$(count "$environment" 0 "$size")
+            full=$(count "$environment" 200000 "$size")
+            line="$line $(( (full - base) / 200000 )) |"
+        done
+        echo "$line"
+    done
+    exit 0
+fi
 make -s all build/bench/alloc_bench build/bench/server_bench build/bench/churn_bench build/orderbook >/dev/null
 lib="$PWD/build/libcmalloc.so"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/prof-cost.XXXXXX")
@@ -42,13 +74,8 @@ orderbook|build/orderbook replay $tmp/messages"
 run() { # config, command...: prints ops/s
     config=$1
     shift
-    case "$config" in
-    off) env LD_PRELOAD="$lib" "$@" ;;
-    prof) env CMALLOC_PROF=1 LD_PRELOAD="$lib" "$@" ;;
-    guard) env CMALLOC_GUARD_RATE=1000 LD_PRELOAD="$lib" "$@" ;;
-    prof0) env CMALLOC_PROF=1 CMALLOC_SAMPLE_EXACT=0 LD_PRELOAD="$lib" "$@" ;;
-    guard0) env CMALLOC_GUARD_RATE=1000 CMALLOC_SAMPLE_EXACT=0 LD_PRELOAD="$lib" "$@" ;;
-    esac 2>&1 | sed -n 's/.*ops_per_sec=\([0-9]*\).*/\1/p; s/^messages_per_second: *//p'
+    environment=$(echo "$settings" | sed -n "s/^$config|//p")
+    env $environment LD_PRELOAD="$lib" "$@" 2>&1 | sed -n 's/.*ops_per_sec=\([0-9]*\).*/\1/p; s/^messages_per_second: *//p'
 }
 
 for r in $(seq "$reps"); do
