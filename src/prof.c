@@ -564,8 +564,8 @@ static CM_NOINLINE bool free_small(sampler *s, void *p, unsigned size_class)
     cm_thread_cache *cache = cm_thread_cache_current;
     cm_free_list *list = &cache->lists[size_class];
     int64_t size = cm_classes[size_class].size;
-    if (p == list->head)
-        return false; /* a double free: the ordinary path reports it */
+    if (cm_object_is_free(p))
+        return false; /* a double free (its free mark): the ordinary path reports it */
     bool guarded_class = guardable((size_t)size);
     if (cache == s->cache) {
         if (((prof_on && point_near(&s->bytes, size_class, size)) ||
@@ -675,8 +675,7 @@ static unsigned small_class_of(const void *p)
     if (size_class == 0)
         return 0;
     uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) | ((uintptr_t)p & (CM_PAGE_SIZE - 1));
-    uint64_t magic = cm_classes[size_class].divisor_magic;
-    return offset * magic < magic ? size_class : 0;
+    return offset * cm_classes[size_class].divisor_magic < cm_classes[size_class].start_limit ? size_class : 0;
 }
 
 bool cm_sample_free(void *p, const char *caller)
@@ -692,7 +691,7 @@ bool cm_sample_free(void *p, const char *caller)
         uint64_t pending = s->bytes.pending[size_class / 64] | s->allocs.pending[size_class / 64];
         if (CM_LIKELY(cache == s->cache && !(pending >> (size_class % 64) & 1) && s->bytes.left > size &&
                       s->allocs.left > unit && list->length < s->max_length[size_class] &&
-                      cache->size + (size_t)size <= cache->max_size && p != list->head && !s->busy)) {
+                      cache->size + (size_t)size <= cache->max_size && !cm_object_is_free(p) && !s->busy)) {
             cm_link_set(p, list->head);
             list->head = p;
             list->length++;
