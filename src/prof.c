@@ -117,7 +117,7 @@ static uint8_t guard_unit[CM_CLASSES_MAX]; /* 1 for classes guard.c may take, el
 static double allocs_scale;      /* -1 / ln(1 - 1/CMALLOC_GUARD_RATE); 0 when the rate is 1 */
 static uintptr_t own_text_start, own_text_end; /* libcmalloc.so's code; empty when linked in */
 static volatile sig_atomic_t dump_requested;
-static _Atomic unsigned dump_sequence;
+static unsigned dump_sequence;   /* read and bumped with __atomic builtins */
 static CM_THREAD_LOCAL sampler thread_sampler;
 
 /* ---- random intervals ------------------------------------------------------------------
@@ -375,7 +375,7 @@ static void forget_sample(uintptr_t address)
  * process-wide random key, the thread's own address and a count, mixed (splitmix64). */
 static void start_thread(sampler *s)
 {
-    static _Atomic uint64_t threads_started;
+    static uint64_t threads_started; /* __atomic builtins, as for dump_sequence */
     uint64_t z = cm_list_key ^ (uintptr_t)s ^ (__atomic_fetch_add(&threads_started, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
