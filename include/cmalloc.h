@@ -47,6 +47,12 @@ void cmalloc_stats_print_json(int fd);
  * batches and every idle free span. Returns the number of bytes released. */
 size_t cmalloc_release(void);
 
+/* Heap profile (CMALLOC_PROF=1): writes the sampled live heap to path in the legacy heap-profile
+ * text format that pprof (google-pprof) reads, estimates scaled to the whole heap, followed by
+ * the process's mappings so symbols resolve. Returns 0, or -1 with errno set (EINVAL when the
+ * profiler is off). Never allocates through malloc. */
+int cmalloc_prof_dump(const char *path);
+
 /* ---- arenas and pools ------------------------------------------------------------------------
  * Explicit allocators for code that knows its objects' lifetimes. Their memory comes from
  * cmalloc's page heap in chunks: it counts in cmalloc_stats_get's bytes_in_use while the arena or

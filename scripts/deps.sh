@@ -4,7 +4,8 @@
 #   scripts/deps.sh [--bench] [--sanitize] [--dry-run]
 #
 #   (none)       the build and `make test`: compiler, cmocka, pkg-config and the programs the
-#                tests run under cmalloc (python3, perl, sqlite3, valgrind for the fast-path budget)
+#                tests run under cmalloc (python3, perl, sqlite3, valgrind for the fast-path budget,
+#                google-perftools for google-pprof in tests/test_prof.sh)
 #   --bench      also the allocators compared against and the benchmark tools (`make bench`)
 #   --sanitize   also clang and its runtimes (`make fuzz`, `make sanitize`)
 #   --dry-run    print what would be installed ("deps.sh: would install: ..."), install nothing
@@ -13,7 +14,7 @@
 # and `make bench` run it every time before building anything. Installs with apt-get, through
 # sudo when not root.
 set -eu
-want="build-essential libcmocka-dev pkg-config python3 perl sqlite3 valgrind"
+want="build-essential libcmocka-dev pkg-config python3 perl sqlite3 valgrind google-perftools"
 dry_run=0
 for arg in "$@"; do
     case "$arg" in

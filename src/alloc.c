@@ -182,6 +182,8 @@ void *cm_alloc_slow(size_t size)
         void *p = cm_check_alloc(size);
         return p ? p : out_of_memory();
     }
+    if (CM_UNLIKELY(cm_sampling))
+        return cm_sample_alloc(size);
     return cm_alloc_unchecked(size);
 }
 
@@ -295,6 +297,8 @@ void cm_free_slow(void *p, const char *caller)
     if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, caller)))
         return;
     CM_DEBUG_WALK();
+    if (CM_UNLIKELY(cm_sampling) && cm_sample_free(p, caller))
+        return;
     cm_free_unchecked(p, caller);
 }
 
@@ -317,6 +321,8 @@ size_t cm_usable_size(const void *p)
         return 0;
     if (CM_UNLIKELY(cm_option.check) && cm_check_usable_size(p, &size))
         return size;
+    if (CM_UNLIKELY(cm_sampling) && cm_guard_owns(p))
+        return cm_guard_usable_size(p, "malloc_usable_size");
     return cm_usable_size_unchecked(p);
 }
 
@@ -371,6 +377,9 @@ void *cm_realloc(void *p, size_t size)
         cm_free(p);
         return NULL;
     }
+    void *sampled;
+    if (CM_UNLIKELY(cm_sampling) && cm_sample_realloc(p, size, &sampled))
+        return sampled;
     if (CM_UNLIKELY(cm_option.check)) { /* else move, so stale pointers hit the quarantine */
         if (cm_check_shrink(p, size))
             return p;

@@ -32,6 +32,7 @@ static void fork_prepare(void)
     if (!fork_took_locks)
         return;
     cm_pool_fork(CM_FORK_PREPARE);
+    cm_prof_fork(CM_FORK_PREPARE);
     cm_check_fork(CM_FORK_PREPARE);
     cm_thread_cache_fork(CM_FORK_PREPARE);
     cm_central_fork(CM_FORK_PREPARE);
@@ -51,6 +52,7 @@ static void fork_finish(int phase)
     cm_central_fork(phase);
     cm_thread_cache_fork(phase);
     cm_check_fork(phase);
+    cm_prof_fork(phase);
     cm_pool_fork(phase);
     cm_os_fork(phase);
 }
@@ -82,6 +84,7 @@ void cm_init(void)
     cm_options_init(environ);
     cm_size_class_init();
     cm_thread_cache_init();
+    cm_prof_init();
     __atomic_store_n(&cm_initialized, 1, __ATOMIC_RELEASE);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

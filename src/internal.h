@@ -7,6 +7,7 @@
  *   -> pagemap -> metadata
  * check.c's quarantine lock is never held while taking another; fork takes it before the
  * registry.
+ * prof.c's and guard.c's locks are taken alone too; fork takes them after the pools' locks.
  */
 #ifndef CM_INTERNAL_H
 #define CM_INTERNAL_H
@@ -47,6 +48,9 @@ void *cm_os_map(size_t size);
 void *cm_os_map_aligned(size_t size, size_t alignment);
 void cm_os_unmap(void *address, size_t size);
 void cm_os_release(void *address, size_t size);
+void *cm_os_reserve(size_t size);
+bool cm_os_separate(void *address, size_t size);
+bool cm_os_protect(void *address, size_t size, bool accessible);
 bool cm_os_resize(void *address, size_t old_size, size_t new_size);
 bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t new_size);
 uint64_t cm_os_now_ms(void);
@@ -86,6 +90,14 @@ typedef struct cm_options {
     size_t abort_on_error;      /* abort after reporting a bad free (else leak it, go on) */
     size_t check;               /* debug mode: canaries, fill patterns, quarantine (check.c) */
     size_t verbose;             /* print the options in force at start */
+    size_t prof;                /* sampling heap profiler on (prof.c) */
+    size_t prof_rate;           /* mean bytes allocated between two samples */
+    size_t prof_leaks;          /* print the live samples by stack at exit */
+    const char *prof_dump;      /* path for the profile written at exit, or NULL */
+    const char *prof_signal;    /* signal name or number that asks for a profile, or NULL */
+    size_t sample_exact;        /* sampling sees every free (prof.c parks the lists) */
+    size_t guard_rate;          /* one small allocation in this many is guarded (guard.c); 0 off */
+    size_t guard_slots;         /* guarded allocations live or quarantined at once, at most */
 } cm_options;
 #define CM_STATS_JSON 2         /* CMALLOC_STATS=json */
 extern cm_options cm_option;
@@ -217,6 +229,27 @@ bool cm_check_shrink(void *p, size_t size);
 bool cm_check_usable_size(const void *p, size_t *size);
 size_t cm_check_quarantined_bytes(void);
 void cm_check_fork(int phase);
+
+/* prof.c: the sampling heap profiler and the sampling decision for guard.c. cm_sampling is
+ * set at init when either is on; the hooks in alloc.c test it on slow paths only. */
+extern int cm_sampling;
+void cm_prof_init(void);
+void *cm_sample_alloc(size_t size);
+bool cm_sample_free(void *p, const char *caller);
+bool cm_sample_realloc(void *p, size_t size, void **moved);
+void cm_prof_stack_print(uint32_t stack, int fd);
+void cm_prof_stats_print(int fd);
+void cm_prof_fork(int phase);
+
+/* guard.c: CMALLOC_GUARD_RATE, objects on their own page before a PROT_NONE guard */
+#define CM_GUARD_MAX_SIZE 4096 /* larger requests are never guarded */
+bool cm_guard_init(void);
+void *cm_guard_alloc(size_t size, uint32_t stack);
+bool cm_guard_owns(const void *p);
+void cm_guard_free(void *p, const char *caller, uint32_t stack);
+size_t cm_guard_usable_size(const void *p, const char *caller);
+size_t cm_guard_bytes(size_t *live);
+void cm_guard_fork(int phase);
 
 /* pool.c and arena.c: also the public cmalloc_pool_* and cmalloc_arena_* (see cmalloc.h) */
 struct cmalloc_pool;

@@ -22,12 +22,13 @@ cm_options cm_option;
 typedef struct option_entry {
     const char *name;          /* after the CMALLOC_ prefix; lower case in CMALLOC_CONF */
     void *field;               /* into cm_option */
-    int is_signed;             /* int64_t field (else size_t) */
+    int is_signed;             /* int64_t field (else size_t); OPTION_TEXT: a const char * */
     int64_t default_value;
     const char *doc;
     const char *keyword;       /* a word accepted for keyword_value, or NULL */
     int64_t keyword_value;
 } option_entry;
+enum { OPTION_TEXT = 2 }; /* a string, kept as given (a path, a signal's name) */
 
 static const option_entry options[] = {
     {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, 1 << 20,
@@ -52,12 +53,32 @@ static const option_entry options[] = {
     {"ABORT_ON_ERROR", &cm_option.abort_on_error, 0, 1,
      .doc = "1: abort after reporting an invalid or double free; 0: leak the pointer and go on"},
     {"VERBOSE", &cm_option.verbose, 0, 0, .doc = "1: print the options in force to stderr at start"},
+    {"PROF", &cm_option.prof, 0, 0,
+     .doc = "1: sampling heap profiler on (implied by PROF_LEAKS, PROF_DUMP, PROF_SIGNAL)"},
+    {"PROF_RATE", &cm_option.prof_rate, 0, 512 << 10,
+     .doc = "the profiler samples on average one allocation per this many bytes allocated"},
+    {"PROF_LEAKS", &cm_option.prof_leaks, 0, 0,
+     .doc = "1: at exit, print the sampled allocations still live, grouped by stack, largest first"},
+    {"PROF_DUMP", &cm_option.prof_dump, OPTION_TEXT, 0,
+     .doc = "a path: write the heap profile (pprof's legacy text format) there at exit"},
+    {"PROF_SIGNAL", &cm_option.prof_signal, OPTION_TEXT, 0,
+     .doc = "a signal (SIGUSR2, or its number): write a heap profile when it arrives"},
+    {"SAMPLE_EXACT", &cm_option.sample_exact, 0, 1,
+     .doc = "1: with PROF or GUARD_RATE on, every free goes through the sampler, so blocks reused in "
+     "a thread's cache are counted (unbiased; frees are slower); 0: only allocations that reach "
+     "the central cache are (close to free, blind to a heap churned in place)"},
+    {"GUARD_RATE", &cm_option.guard_rate, 0, 0,
+     .doc = "N: on average one small allocation in N gets its own page before a guard page (0: off)"},
+    {"GUARD_SLOTS", &cm_option.guard_slots, 0, 256,
+     .doc = "guarded allocations live at once, freed ones kept inaccessible, at most (4 KiB each)"},
 };
 enum { OPTION_COUNT = sizeof options / sizeof options[0] };
 
 static void store(const option_entry *o, int64_t value)
 {
-    if (o->is_signed)
+    if (o->is_signed == OPTION_TEXT)
+        *(const char **)o->field = NULL; /* the default: none */
+    else if (o->is_signed)
         *(int64_t *)o->field = value;
     else
         *(size_t *)o->field = (size_t)value;
@@ -134,8 +155,19 @@ static void message_part(cm_message *m, const char *text, size_t length)
 }
 
 /* The option's value as it is written in the environment: its keyword, or a number. */
+/* A text option's value for printing: "" when unset. */
+static const char *text_value(const option_entry *o)
+{
+    const char *text = *(const char **)o->field;
+    return text ? text : "";
+}
+
 static void message_value(cm_message *m, const option_entry *o)
 {
+    if (o->is_signed == OPTION_TEXT) {
+        cm_message_str(m, text_value(o));
+        return;
+    }
     int64_t value = load(o);
     if (o->keyword && value == o->keyword_value) {
         cm_message_str(m, o->keyword);
@@ -175,6 +207,21 @@ static void warn(const char *source, const char *problem, const char *item, size
 
 /* Sets an option from one item, item[0..length): the name runs from name to separator, the
  * value from separator + 1 to the end. Warnings quote the item as written. */
+/* A text option's value, copied with a terminating NUL (CMALLOC_CONF's items have none) into
+ * storage of its own: nothing may be malloc'ed this early. False when it is full. */
+static bool store_text(const option_entry *o, const char *text, size_t length)
+{
+    static char storage[1024];
+    static size_t used;
+    if (length + 1 > sizeof storage - used)
+        return false;
+    memcpy(storage + used, text, length);
+    storage[used + length] = '\0';
+    *(const char **)o->field = storage + used;
+    used += length + 1;
+    return true;
+}
+
 static void assign(const char *source, const char *item, size_t length, const char *name,
                    const char *separator)
 {
@@ -182,7 +229,10 @@ static void assign(const char *source, const char *item, size_t length, const ch
     int64_t parsed;
     if (o == NULL)
         warn(source, "unknown option", item, (size_t)(separator - item), NULL);
-    else if (parse_value(o, separator + 1, length - (size_t)(separator + 1 - item), &parsed) != 0)
+    else if (o->is_signed == OPTION_TEXT) {
+        if (!store_text(o, separator + 1, length - (size_t)(separator + 1 - item)))
+            warn(source, "too long a value in", item, length, NULL);
+    } else if (parse_value(o, separator + 1, length - (size_t)(separator + 1 - item), &parsed) != 0)
         warn(source, "bad value in", item, length, o);
     else
         store(o, parsed);
@@ -234,6 +284,11 @@ bool cm_option_at(unsigned index, const char **name, int64_t *value, const char 
         return false;
     const option_entry *o = &options[index];
     *name = o->name;
+    if (o->is_signed == OPTION_TEXT) { /* as a string, when it needs no JSON escape */
+        *value = 0;
+        *keyword = strpbrk(text_value(o), "\"\\\n\t\r") ? "(unprintable)" : text_value(o);
+        return true;
+    }
     *value = load(o);
     *keyword = o->keyword && *value == o->keyword_value ? o->keyword : NULL;
     return true;

@@ -90,6 +90,29 @@ void cm_os_release(void *address, size_t size)
     ERRNO_RESTORE;
 }
 
+/* Reserves size bytes of address space with no access (guard.c's slot pool): nothing resident
+ * until cm_os_protect opens a page. Not counted as mapped. NULL when refused. */
+void *cm_os_reserve(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Makes part of a reservation a mapping of its own, still inaccessible. Its flags differ from
+ * the reservation's, so the kernel never merges it with its neighbours: changing its protection
+ * later rewrites one mapping instead of splitting and merging three (2 us against 5 us for an
+ * open and a close here). */
+bool cm_os_separate(void *address, size_t size)
+{
+    return mmap(address, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == address;
+}
+
+/* Opens pages for reading and writing, or closes them so that any touch faults. */
+bool cm_os_protect(void *address, size_t size, bool accessible)
+{
+    return mprotect(address, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+}
+
 /* Grows or shrinks a mapping where it lies; false when the pages after it are taken. */
 bool cm_os_resize(void *address, size_t old_size, size_t new_size)
 {

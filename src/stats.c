@@ -63,6 +63,7 @@ CM_EXPORT void cmalloc_stats_print(int fd)
     cm_message_str(&m, "  options:\n");
     cm_message_write(&m, fd);
     cm_options_print(fd);
+    cm_prof_stats_print(fd);
     cm_message_str(&m, "  class     size  pages  batch   objects out\n");
     cm_message_write(&m, fd);
     if (!cm_is_initialized())

@@ -1,0 +1,202 @@
+/* prof_program.c - the program tests/test_prof.sh runs under LD_PRELOAD=libcmalloc.so with the
+ * profiler or guarded allocations on. Built with -rdynamic so that dladdr names its functions.
+ * One mode per run (argv[1]); each allocating function has a name the test looks for.
+ *
+ *   estimate PATH   a known heap (mixed sizes, some large, half of it freed, some made by a second
+ *                   thread and freed by the first), profile dumped to PATH; prints the truth
+ *   leak            leaks from leaky_function, frees everything else
+ *   overflow        writes past the end of a block from make_buffer
+ *   use-after-free  writes to a block from make_buffer after release_buffer freed it
+ *   signal PATH     raises CMALLOC_PROF_SIGNAL's signal, then allocates (the next slow path writes
+ *                   PATH.<pid>.0.heap)
+ *   fork            threads allocate and free while the main thread forks; children allocate,
+ *                   dump a profile and exit
+ *   many N          keeps N small blocks (to fill the sample table)
+ *   replace N K PATH  keeps N blocks, then K times frees a random one and allocates another in
+ *                   its place (the churn the sampler sees least of: README measures it); dumps
+ *                   to PATH and prints the truth
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cmalloc.h"
+
+#define KEPT 40000
+
+static void **kept;
+static size_t kept_sizes[KEPT];
+
+static unsigned next_random(unsigned *state)
+{
+    *state = *state * 1103515245u + 12345u;
+    return *state >> 8;
+}
+
+__attribute__((noinline)) void *estimate_small(size_t size) { return malloc(size); }
+__attribute__((noinline)) void *estimate_large(size_t size) { return malloc(size); }
+__attribute__((noinline)) void *leaky_function(size_t size) { return malloc(size); }
+__attribute__((noinline)) char *make_buffer(size_t size) { return malloc(size); }
+__attribute__((noinline)) void release_buffer(char *p) { free(p); }
+
+/* Writes the profile and prints the true live bytes for the test to compare. */
+static int dump_and_print(const char *path, size_t live)
+{
+    if (cmalloc_prof_dump(path) != 0) {
+        perror("cmalloc_prof_dump");
+        return 1;
+    }
+    printf("%zu\n", live);
+    return 0;
+}
+
+static void *second_thread(void *arg)
+{
+    size_t *made = arg;
+    unsigned state = 7;
+    for (size_t i = KEPT / 2; i < KEPT; i++) {
+        kept_sizes[i] = 16 + next_random(&state) % 3000;
+        kept[i] = estimate_small(kept_sizes[i]);
+        *made += kept_sizes[i];
+    }
+    return NULL;
+}
+
+static int estimate(const char *path)
+{
+    size_t live = 0, thread_made = 0;
+    unsigned state = 1;
+    kept = calloc(KEPT, sizeof *kept);
+    live += KEPT * sizeof *kept; /* profiled too */
+    for (size_t i = 0; i < KEPT / 2; i++) {
+        kept_sizes[i] = i % 1000 == 1 ? 300000 + next_random(&state) % 200000 : 16 + next_random(&state) % 3000;
+        kept[i] = kept_sizes[i] > 4096 ? estimate_large(kept_sizes[i]) : estimate_small(kept_sizes[i]);
+        live += kept_sizes[i];
+    }
+    pthread_t thread;
+    pthread_create(&thread, NULL, second_thread, &thread_made);
+    pthread_join(thread, NULL);
+    live += thread_made;
+    for (size_t i = 0; i < KEPT; i += 2) { /* half, in both threads' blocks, freed here */
+        free(kept[i]);
+        live -= kept_sizes[i];
+    }
+    return dump_and_print(path, live);
+}
+
+static int leak(void)
+{
+    for (int i = 0; i < 4000; i++)
+        leaky_function(1000);
+    for (int i = 0; i < 4000; i++)
+        free(malloc(1000));
+    return 0;
+}
+
+__attribute__((noinline)) void *replace_block(size_t size) { return malloc(size); }
+
+static int replace(size_t count, size_t times, const char *path)
+{
+    void **blocks = calloc(count, sizeof *blocks);
+    size_t *sizes = calloc(count, sizeof *sizes), live = 2 * count * sizeof(void *);
+    unsigned state = 5;
+    for (size_t i = 0; i < count; i++) {
+        sizes[i] = 16 + next_random(&state) % 1000;
+        blocks[i] = replace_block(sizes[i]);
+        live += sizes[i];
+    }
+    for (size_t k = 0; k < times; k++) {
+        size_t i = next_random(&state) % count;
+        free(blocks[i]);
+        live -= sizes[i];
+        sizes[i] = 16 + next_random(&state) % 1000;
+        blocks[i] = replace_block(sizes[i]);
+        live += sizes[i];
+    }
+    return dump_and_print(path, live);
+}
+
+static void *churn(void *arg)
+{
+    volatile int *stop = arg;
+    unsigned state = 3;
+    void *slots[64] = {0};
+    while (!*stop) {
+        unsigned i = next_random(&state) % 64;
+        free(slots[i]);
+        slots[i] = malloc(16 + next_random(&state) % 5000);
+    }
+    for (int i = 0; i < 64; i++)
+        free(slots[i]);
+    return NULL;
+}
+
+static int fork_with_threads(void)
+{
+    volatile int stop = 0;
+    pthread_t threads[3];
+    for (int t = 0; t < 3; t++)
+        pthread_create(&threads[t], NULL, churn, (void *)&stop);
+    for (int i = 0; i < 100; i++) {
+        pid_t child = fork();
+        if (child == 0) {
+            for (int j = 0; j < 1000; j++)
+                free(malloc(100 + j));
+            _exit(cmalloc_prof_dump("/dev/null") == 0 ? 0 : 3);
+        }
+        int status;
+        if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "fork %d: child failed\n", i);
+            return 1;
+        }
+    }
+    stop = 1;
+    for (int t = 0; t < 3; t++)
+        pthread_join(threads[t], NULL);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    alarm(60); /* a hang is a failure, not a stuck test run */
+    if (strcmp(mode, "estimate") == 0 && argc > 2)
+        return estimate(argv[2]);
+    if (strcmp(mode, "leak") == 0)
+        return leak();
+    if (strcmp(mode, "overflow") == 0) {
+        volatile char *p = make_buffer(100);
+        for (int i = 0; i < 200; i++)
+            p[i] = 1;
+        return 0;
+    }
+    if (strcmp(mode, "use-after-free") == 0) {
+        char *p = make_buffer(100);
+        release_buffer(p);
+        ((volatile char *)p)[10] = 1;
+        return 0;
+    }
+    if (strcmp(mode, "signal") == 0) {
+        raise(SIGUSR2);
+        for (int i = 0; i < 1000; i++) /* kept, so that refills take the slow path */
+            leaky_function(5000);
+        return 0;
+    }
+    if (strcmp(mode, "fork") == 0)
+        return fork_with_threads();
+    if (strcmp(mode, "many") == 0 && argc > 2) {
+        for (long i = 0; i < atol(argv[2]); i++)
+            estimate_small(16);
+        cmalloc_stats_print(1);
+        return 0;
+    }
+    if (strcmp(mode, "replace") == 0 && argc > 4)
+        return replace((size_t)atol(argv[2]), (size_t)atol(argv[3]), argv[4]);
+    fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal | fork | many N | replace N K PATH\n");
+    return 2;
+}

@@ -1,0 +1,99 @@
+#!/bin/sh
+# test_prof.sh - the heap profiler and guarded allocations, from the outside: one program
+# (tests/data/prof_program.c, linked with -lcmalloc and -rdynamic) run in each mode with the
+# options set, its output and exit status checked.
+#   - sampling is unbiased: the profile's estimate of a known live heap is within 10% of the
+#     truth, for a grown heap (mixed sizes, large blocks, half freed, a second thread's blocks)
+#     and for one churned in place (blocks replaced at random, so most allocations reuse blocks
+#     the same thread freed), at rates that give 2000-3000 samples (10% is over 4 standard
+#     deviations: a false failure is rarer than one run in 10,000);
+#   - google-pprof --text reads the dump and names the allocating functions;
+#   - the leak report names the leaking function and not the one that freed everything;
+#   - a guarded overflow and a guarded use after free die of SIGSEGV, the report naming the
+#     fault and the allocating (and freeing) function;
+#   - CMALLOC_PROF_SIGNAL writes a profile; fork beside threads with both features on, and
+#     build/tests/test_threads (when built: make test builds it first) with both on;
+#   - the profiler's memory is fixed (the stats line), samples past the table are counted
+#     as dropped.
+# google-pprof comes from scripts/deps.sh (google-perftools).
+set -u
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cmalloc-prof.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "  FAIL: $*"; failures=$((failures + 1)); }
+prog="$tmp/prof_program"
+${CC:-cc} -O1 -g -rdynamic -Iinclude tests/data/prof_program.c -o "$prog" -Lbuild -lcmalloc \
+    -Wl,-rpath,"$PWD/build" -pthread || { echo "test_prof: cannot build the test program"; exit 1; }
+
+# Sampling estimates within 10% of the truth (the dump's first line: in-use count: bytes).
+within_ten_percent() { # what, truth, profile
+    estimate=$(sed -n '1s/^heap profile: *[0-9]*: *\([0-9]*\) .*/\1/p' "$3")
+    if [ -z "$2" ] || [ -z "$estimate" ]; then
+        fail "$1: no truth ($2) or no profile ($estimate)"
+        return
+    fi
+    off=$(awk -v e="$estimate" -v t="$2" 'BEGIN { printf "%.1f", (e - t) / t * 100 }')
+    echo "$1: $estimate bytes live estimated, truth $2 ($off%)"
+    awk -v e="$estimate" -v t="$2" 'BEGIN { exit !(e > 0.9 * t && e < 1.1 * t) }' ||
+        fail "$1: estimate $estimate is not within 10% of $2"
+}
+truth=$(CMALLOC_PROF=1 CMALLOC_PROF_RATE=16K "$prog" estimate "$tmp/estimate.heap")
+within_ten_percent "grown heap" "$truth" "$tmp/estimate.heap"
+# A heap churned in place: blocks freed into the thread's cache and allocated again from it.
+truth=$(CMALLOC_PROF=1 CMALLOC_PROF_RATE=8K "$prog" replace 50000 500000 "$tmp/replace.heap")
+within_ten_percent "churned heap" "$truth" "$tmp/replace.heap"
+
+# pprof reads it and names the allocating functions.
+if command -v google-pprof >/dev/null; then
+    google-pprof --text "$prog" "$tmp/estimate.heap" >"$tmp/pprof.txt" 2>&1
+    grep -q 'estimate_small' "$tmp/pprof.txt" && grep -q 'estimate_large' "$tmp/pprof.txt" ||
+        { cat "$tmp/pprof.txt"; fail "google-pprof --text does not name estimate_small and estimate_large"; }
+else
+    fail "google-pprof is missing (run scripts/deps.sh)"
+fi
+
+# Leak report.
+CMALLOC_PROF_LEAKS=1 CMALLOC_PROF_RATE=64K "$prog" leak 2>"$tmp/leak.txt"
+grep -q 'cmalloc: leak report' "$tmp/leak.txt" && grep -q 'leaky_function' "$tmp/leak.txt" ||
+    { cat "$tmp/leak.txt"; fail "the leak report does not name leaky_function"; }
+
+# Guarded overflow and use after free: death by SIGSEGV (status 139 through sh), reported.
+death() { # mode, then patterns the report must contain
+    mode=$1
+    shift
+    CMALLOC_GUARD_RATE=1 "$prog" "$mode" 2>"$tmp/$mode.txt"
+    status=$?
+    [ "$status" -eq 139 ] || fail "$mode: exit status $status, not death by SIGSEGV (139)"
+    for pattern in "$@"; do
+        grep -q "$pattern" "$tmp/$mode.txt" || { cat "$tmp/$mode.txt"; fail "$mode: the report lacks '$pattern'"; }
+    done
+}
+death overflow 'heap buffer overflow' '12 bytes past the end of a 100-byte live block' make_buffer
+death use-after-free 'use after free' '100-byte block' make_buffer release_buffer
+
+# A profile on a signal, written by the next slow path.
+CMALLOC_PROF_SIGNAL=SIGUSR2 CMALLOC_PROF_DUMP="$tmp/sig" "$prog" signal ||
+    fail "signal: the program failed"
+ls "$tmp"/sig.*.0.heap >/dev/null 2>&1 && grep -q '^MAPPED_LIBRARIES:' "$tmp"/sig.*.0.heap ||
+    fail "signal: no profile $tmp/sig.<pid>.0.heap"
+
+# Fork beside allocating threads, profiler and guard on.
+CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=50 "$prog" fork || fail "fork with threads: status $?"
+
+# The thread tests (churn, cross-thread frees, fork with allocating atfork handlers) with both on.
+if [ -x build/tests/test_threads ]; then
+    CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=20 build/tests/test_threads >"$tmp/threads.txt" 2>&1 ||
+        { tail -20 "$tmp/threads.txt"; fail "test_threads with the profiler and guard on"; }
+fi
+
+# Bounded memory: every allocation sampled, more than the table holds.
+CMALLOC_PROF=1 CMALLOC_PROF_RATE=1 "$prog" many 13000 >"$tmp/many.txt" || fail "many: status $?"
+line=$(grep 'profiler:' "$tmp/many.txt")
+echo "stats: $line"
+echo "$line" | grep -q ' 12288 live samples of at most 12288, [1-9][0-9]* dropped' ||
+    fail "many: the table is not full with samples dropped: $line"
+small=$(CMALLOC_PROF=1 CMALLOC_PROF_RATE=1 "$prog" many 10 | sed -n 's/.*profiler: *\([0-9]*\) bytes.*/\1/p')
+echo "$line" | grep -q "profiler: *$small bytes" || fail "many: the profiler's memory grew past $small bytes"
+
+[ "$failures" -eq 0 ] || { echo "test_prof: $failures failures"; exit 1; }
+echo "test_prof: ok"
