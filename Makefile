@@ -40,9 +40,9 @@ endif
 endif
 
 # Layer order: platform, metadata, back end, middle end, front end, entry points.
-SRCS := src/os.c src/options.c src/metadata.c src/size_class.c src/pagemap.c src/page_heap.c \
+SRCS := src/os.c src/error.c src/options.c src/metadata.c src/size_class.c src/pagemap.c src/page_heap.c \
         src/central_cache.c src/thread_cache.c src/alloc.c src/check.c src/prof.c src/guard.c src/stats.c src/stats_json.c src/pool.c src/arena.c src/init.c \
-        src/override.c
+        src/background.c src/override.c
 # new_handler.cc: C++ only for what C cannot do (catch a new-handler's exception); the C++
 # runtime symbols it names are made weak so C programs need no libstdc++.
 CXX_SRCS := src/new_handler.cc

@@ -45,47 +45,6 @@ static void *out_of_memory(void)
     return NULL;
 }
 
-/* Ends an error report begun in m: says what happens next, writes it, and aborts unless
- * CMALLOC_ABORT_ON_ERROR=0 (then the caller leaks the pointer and goes on). */
-void cm_report_finish(cm_message *m)
-{
-    cm_message_str(m, cm_option.abort_on_error ? "; aborting\n" : "; leaking it and going on\n");
-    cm_message_write(m, 2);
-    if (cm_option.abort_on_error)
-        abort();
-}
-
-static CM_COLD void report_invalid_pointer(const char *caller, const void *p)
-{
-    cm_message m = {.length = 0};
-    cm_message_str(&m, "cmalloc: ");
-    cm_message_str(&m, caller);
-    cm_message_str(&m, "(): invalid pointer ");
-    cm_message_hex(&m, (uintptr_t)p);
-    cm_report_finish(&m);
-}
-
-void cm_report_double_free(const char *caller, const void *p)
-{
-    cm_message m = {.length = 0};
-    cm_message_str(&m, "cmalloc: double free ");
-    cm_message_hex(&m, (uintptr_t)p);
-    cm_message_str(&m, " in ");
-    cm_message_str(&m, caller);
-    cm_message_str(&m, "()");
-    cm_report_finish(&m);
-}
-
-void cm_report_corrupt_list(const void *object)
-{
-    cm_message m = {.length = 0};
-    cm_message_str(&m, "cmalloc: corrupted free list at ");
-    cm_message_hex(&m, (uintptr_t)object);
-    cm_message_str(&m, " (a write to freed memory, or an overflow into it); aborting\n");
-    cm_message_write(&m, 2);
-    abort();
-}
-
 /* ---- MAPPED spans ------------------------------------------------------------------------ */
 static cm_span *map_span(size_t pages, size_t alignment)
 {
@@ -265,7 +224,7 @@ static cm_span *checked_span(const void *p, const char *caller)
         if (cm_is_initialized() && freed_before(p))
             cm_report_double_free(caller, p);
         else
-            report_invalid_pointer(caller, p);
+            cm_report_invalid_pointer(caller, p);
     }
     return span;
 }

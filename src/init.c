@@ -7,7 +7,7 @@
  * Nothing here allocates before cm_initialized is set; pthread_atfork, which may allocate,
  * runs after. The library's constructor initializes before ordinary constructors run (in the
  * same module, and for a preloaded library before the program's own) and is the one place a
- * thread is ever started (page_heap.c says why).
+ * thread is ever started (background.c says why).
  *
  * Fork, in glibc's order: the prepare handler takes stdio's list lock, then the THREAD_SAFE
  * pools' locks (pool.c), then every allocator lock in the order written in internal.h, and then lets the forking thread allocate while it
@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 int cm_initialized;
-uintptr_t cm_list_key, cm_free_key;
 static _Atomic int init_owner;   /* process id of the initializer; 0 before anyone started */
 static bool fork_took_locks;     /* written by the forking thread only, read back by it */
 
@@ -93,5 +92,5 @@ __attribute__((constructor(101))) static void init_early(void)
 {
     if (!cm_is_initialized())
         cm_init();
-    cm_page_heap_start_release_thread();
+    cm_background_start();
 }

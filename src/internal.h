@@ -71,12 +71,16 @@ void cm_lock_reinit(cm_lock *lock);
 bool cm_lock_is_mine(const cm_lock *lock);
 void cm_lock_fork(cm_lock *lock, int phase);
 
-/* A message built on the stack (never malloc) and written with write(2). */
+/* error.c: a message built on the stack (never malloc) and written with write(2), the
+ * reports, and the keys of free-list links and free marks */
 typedef struct cm_message { char text[512]; size_t length; } cm_message;
 void cm_message_str(cm_message *m, const char *s);
 void cm_message_uint(cm_message *m, uint64_t value);
 void cm_message_hex(cm_message *m, uint64_t value);
 void cm_message_write(cm_message *m, int fd);
+void cm_report_finish(cm_message *m);
+CM_COLD void cm_report_invalid_pointer(const char *caller, const void *p);
+CM_COLD void cm_report_double_free(const char *caller, const void *p);
 
 /* options.c */
 typedef struct cm_options {
@@ -178,7 +182,6 @@ void cm_page_heap_free_released(cm_span *span);
 bool cm_page_heap_resize(cm_span *span, size_t pages);
 size_t cm_page_heap_release(bool everything);
 size_t cm_page_heap_unmap_free(void);
-void cm_page_heap_start_release_thread(void);
 void cm_page_heap_set_mapped(uintptr_t page, cm_span *span);
 void cm_page_heap_counters(size_t *free_bytes, size_t *released_bytes, size_t *large_bytes,
                            size_t *large_count);
@@ -219,8 +222,6 @@ void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);
 size_t cm_usable_size(const void *p);
 size_t cm_mapped_live_bytes(size_t *count);
-void cm_report_finish(cm_message *m);
-CM_COLD void cm_report_double_free(const char *caller, const void *p);
 
 /* check.c: the CMALLOC_CHECK=1 debug mode */
 void *cm_check_alloc(size_t size);
@@ -258,6 +259,9 @@ void cm_pool_fork(int phase);
 
 /* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
 bool cm_heap_check(void);
+
+/* background.c */
+void cm_background_start(void);
 
 /* init.c */
 extern int cm_initialized;

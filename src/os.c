@@ -144,7 +144,7 @@ bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t ne
 /* Starts a detached thread with every signal blocked (so the program's handlers never run
  * on it). Its stack starts small and doubles while glibc refuses it as too small for the
  * program's static TLS, which glibc places on every thread's stack. Called only where no
- * allocator or glibc lock is held (page_heap.c). False when no thread could be made. */
+ * allocator or glibc lock is held (background.c). False when no thread could be made. */
 bool cm_os_start_thread(void *(*body)(void *))
 {
     ERRNO_KEEP;
@@ -324,37 +324,4 @@ bool cm_os_fork(int phase)
 void cm_os_fork_locked(void)
 {
     holding_all_for_fork = true;
-}
-
-/* ---- messages ------------------------------------------------------------------------------ */
-void cm_message_str(cm_message *m, const char *s)
-{
-    while (*s && m->length < sizeof m->text)
-        m->text[m->length++] = *s++;
-}
-
-static void message_digits(cm_message *m, uint64_t value, unsigned base)
-{
-    char digits[24];
-    int n = 0;
-    do {
-        digits[n++] = "0123456789abcdef"[value % base];
-        value /= base;
-    } while (value);
-    while (n > 0 && m->length < sizeof m->text)
-        m->text[m->length++] = digits[--n];
-}
-
-void cm_message_uint(cm_message *m, uint64_t value) { message_digits(m, value, 10); }
-
-void cm_message_hex(cm_message *m, uint64_t value)
-{
-    cm_message_str(m, "0x");
-    message_digits(m, value, 16);
-}
-
-void cm_message_write(cm_message *m, int fd)
-{
-    cm_os_write(fd, m->text, m->length);
-    m->length = 0;
 }

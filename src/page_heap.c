@@ -12,14 +12,9 @@
  * and last pages map to it and its inner pages map to NULL;
  * free_pages == sum of FREE span lengths, released_pages == sum over FREE spans with released.
  * Release by age: a free span idle for CMALLOC_RELEASE_DELAY_MS is madvised away, checked
- * whenever the heap is entered, or at once by cm_page_heap_release. With
- * CMALLOC_BACKGROUND_RELEASE=1 a helper thread also checks every half delay, so an idle program
- * gives memory back without calling the allocator. It is started by the library's constructor
- * and never from an entry point: glibc calls malloc and free while holding locks that
- * pthread_create takes (the stack-cache lock in pthread_join, the TLS lock in dlopen), so a
- * thread started from inside one of them can wait forever on its own caller. A forked child
- * has no helper thread; it releases on its own allocator calls. When the OS refuses memory,
- * cm_page_heap_unmap_free unmaps every free span so that the retry can succeed.
+ * whenever the heap is entered, or at once by cm_page_heap_release (which background.c's
+ * release thread also calls). When the OS refuses memory, cm_page_heap_unmap_free unmaps every
+ * free span so that the retry can succeed.
  */
 #include "internal.h"
 
@@ -243,26 +238,6 @@ cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_clas
     maybe_release_locked();
     cm_lock_release(&heap_lock);
     return span;
-}
-
-static void *release_thread(void *unused)
-{
-    (void)unused;
-    for (;;) {
-        uint64_t delay = (uint64_t)cm_option.release_delay_ms;
-        cm_os_sleep_ms(delay / 2 > 10 ? delay / 2 : 10);
-        cm_central_tick();
-        cm_page_heap_release(false);
-    }
-    return NULL;
-}
-
-/* Starts the release thread when the options ask for one. Only the library's constructor
- * calls this (see the header comment): once, with no allocator or glibc lock held. */
-void cm_page_heap_start_release_thread(void)
-{
-    if (cm_option.background_release && cm_option.release_delay_ms >= 0)
-        cm_os_start_thread(release_thread);
 }
 
 /* Resizes a LARGE span where it lies, for realloc: shrinking gives the tail back; growing

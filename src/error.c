@@ -1,0 +1,90 @@
+/* error.c - how cmalloc says something went wrong: messages built on the stack (never with
+ * malloc, which may be what is broken) and written with write(2), the reports of bad pointers
+ * and corrupted lists, and the per-process keys that encode free-list links and free marks
+ * (internal.h), which are what those reports check against.
+ *
+ * Below every layer but os.c: central_cache.c and thread_cache.c report a corrupted list, and
+ * alloc.c a bad pointer, without calling up into the files that call them. Holds no lock.
+ * A report ends with "; aborting" and abort(), or with CMALLOC_ABORT_ON_ERROR=0 with
+ * "; leaking it and going on", and the caller leaks the pointer.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+uintptr_t cm_list_key, cm_free_key; /* random, set once by cm_init */
+
+/* ---- messages: built on the stack, written with write(2) ------------------------------------ */
+void cm_message_str(cm_message *m, const char *s)
+{
+    while (*s && m->length < sizeof m->text)
+        m->text[m->length++] = *s++;
+}
+
+static void message_digits(cm_message *m, uint64_t value, unsigned base)
+{
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = "0123456789abcdef"[value % base];
+        value /= base;
+    } while (value);
+    while (n > 0 && m->length < sizeof m->text)
+        m->text[m->length++] = digits[--n];
+}
+
+void cm_message_uint(cm_message *m, uint64_t value) { message_digits(m, value, 10); }
+
+void cm_message_hex(cm_message *m, uint64_t value)
+{
+    cm_message_str(m, "0x");
+    message_digits(m, value, 16);
+}
+
+void cm_message_write(cm_message *m, int fd)
+{
+    cm_os_write(fd, m->text, m->length);
+    m->length = 0;
+}
+
+/* ---- reports ------------------------------------------------------------------------------- */
+/* Ends an error report begun in m: says what happens next, writes it, and aborts unless
+ * CMALLOC_ABORT_ON_ERROR=0 (then the caller leaks the pointer and goes on). */
+void cm_report_finish(cm_message *m)
+{
+    cm_message_str(m, cm_option.abort_on_error ? "; aborting\n" : "; leaking it and going on\n");
+    cm_message_write(m, 2);
+    if (cm_option.abort_on_error)
+        abort();
+}
+
+void cm_report_invalid_pointer(const char *caller, const void *p)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: ");
+    cm_message_str(&m, caller);
+    cm_message_str(&m, "(): invalid pointer ");
+    cm_message_hex(&m, (uintptr_t)p);
+    cm_report_finish(&m);
+}
+
+void cm_report_double_free(const char *caller, const void *p)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: double free ");
+    cm_message_hex(&m, (uintptr_t)p);
+    cm_message_str(&m, " in ");
+    cm_message_str(&m, caller);
+    cm_message_str(&m, "()");
+    cm_report_finish(&m);
+}
+
+void cm_report_corrupt_list(const void *object)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: corrupted free list at ");
+    cm_message_hex(&m, (uintptr_t)object);
+    cm_message_str(&m, " (a write to freed memory, or an overflow into it); aborting\n");
+    cm_message_write(&m, 2);
+    abort();
+}
