@@ -40,9 +40,10 @@ endif
 endif
 
 # Layer order: platform, metadata, back end, middle end, front end, entry points.
-SRCS := src/os.c src/error.c src/options.c src/metadata.c src/size_class.c src/pagemap.c src/page_heap.c \
-        src/central_cache.c src/thread_cache.c src/alloc.c src/check.c src/prof.c src/guard.c src/stats.c src/stats_json.c src/pool.c src/arena.c src/init.c \
-        src/background.c src/override.c
+SRCS := src/os.c src/error.c src/options.c src/size_class.c src/metadata.c src/pagemap.c \
+        src/page_heap.c src/central_cache.c src/thread_cache.c src/alloc.c src/check.c src/guard.c \
+        src/prof.c src/api.c src/init.c src/background.c src/stats.c src/stats_json.c src/pool.c \
+        src/arena.c src/override.c
 # new_handler.cc: C++ only for what C cannot do (catch a new-handler's exception); the C++
 # runtime symbols it names are made weak so C programs need no libstdc++.
 CXX_SRCS := src/new_handler.cc
@@ -61,7 +62,7 @@ TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -fno-builtin -Iinclude 
 
 all: $(LIB_SO) $(LIB_A)
 
-build/obj/%.o: src/%.c src/internal.h src/types.h include/cmalloc.h | build/obj
+build/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h include/cmalloc.h | build/obj
 	$(CC) $(CFLAGS) $(WARN) $(LIBFLAGS) -c $< -o $@
 
 CXX ?= g++

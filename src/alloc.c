@@ -1,5 +1,7 @@
-/* alloc.c - everything past the fast paths: first calls, large sizes, alignment, calloc,
- * realloc, usable size, and the checks that turn a bad free into a clear report.
+/* alloc.c - the allocator beneath the modes: size routing, large and mapped spans, and the
+ * checks that turn a bad pointer into a clear report. api.c (above it, and above check.c and
+ * the sampler) holds the slow paths of the entry points and decides which mode serves a call;
+ * what it asks of the spans is here, in the *_unchecked functions and realloc's in-place cases.
  *
  * Size routing:
  *   size <= 256 KiB               a size class, through the thread cache
@@ -7,9 +9,7 @@
  *                                 reused when freed, returned to the OS by age)
  *   size > threshold              a MAPPED span: its own mmap, munmap on free, mremap on realloc
  * (threshold = CMALLOC_MMAP_THRESHOLD, raised by frees of mapped blocks up to
- * CMALLOC_MMAP_THRESHOLD_MAX). With CMALLOC_CHECK=1 the entry points here hand over
- * to check.c, which wraps the *_unchecked functions. Holds no lock of its own; the live MAPPED
- * counters are atomics.
+ * CMALLOC_MMAP_THRESHOLD_MAX). Holds no lock of its own; the live MAPPED counters are atomics.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -37,12 +37,6 @@ size_t cm_mapped_live_bytes(size_t *count)
 static size_t mmap_threshold(void)
 {
     return __atomic_load_n(&cm_option.mmap_threshold, __ATOMIC_RELAXED);
-}
-
-static void *out_of_memory(void)
-{
-    errno = ENOMEM;
-    return NULL;
 }
 
 /* ---- MAPPED spans ------------------------------------------------------------------------ */
@@ -111,11 +105,11 @@ static cm_span *large_span(size_t size, size_t alignment)
 static void *alloc_large(size_t size, size_t alignment)
 {
     if (size > CM_REQUEST_MAX || alignment > CM_REQUEST_MAX) /* no mapping, no reclaim: fail now */
-        return out_of_memory();
+        return cm_out_of_memory();
     cm_span *span = large_span(size, alignment);
     if (span == NULL && reclaim_for_retry())
         span = large_span(size, alignment);
-    return span ? cm_span_start(span) : out_of_memory();
+    return span ? cm_span_start(span) : cm_out_of_memory();
 }
 
 static void *alloc_class(unsigned size_class)
@@ -123,36 +117,19 @@ static void *alloc_class(unsigned size_class)
     void *p = cm_thread_cache_alloc_slow(size_class);
     if (p == NULL && reclaim_for_retry())
         p = cm_thread_cache_alloc_slow(size_class);
-    return p ? p : out_of_memory();
+    return p ? p : cm_out_of_memory();
 }
 
-/* An allocation without the debug mode's header, for cm_alloc_slow and check.c. */
+/* An allocation without the debug mode's header or the sampler, for api.c, check.c, prof.c. */
 void *cm_alloc_unchecked(size_t size)
 {
     return size > CM_MAX_SMALL ? alloc_large(size, CM_PAGE_SIZE) : alloc_class(cm_size_class(size));
 }
 
-void *cm_alloc_slow(size_t size)
+/* An aligned allocation without the debug mode or the sampler (api.c's cm_alloc_aligned
+ * decides); alignment: a power of two above CM_ALIGNMENT. */
+void *cm_alloc_aligned_unchecked(size_t alignment, size_t size)
 {
-    if (CM_UNLIKELY(!cm_is_initialized()))
-        cm_init();
-    CM_DEBUG_WALK();
-    if (CM_UNLIKELY(cm_option.check)) {
-        void *p = cm_check_alloc(size);
-        return p ? p : out_of_memory();
-    }
-    if (CM_UNLIKELY(cm_sampling))
-        return cm_sample_alloc(size);
-    return cm_alloc_unchecked(size);
-}
-
-/* alignment: a power of two. */
-void *cm_alloc_aligned(size_t alignment, size_t size)
-{
-    if (alignment <= CM_ALIGNMENT)
-        return cm_alloc(size);
-    if (CM_UNLIKELY(!cm_is_initialized()))
-        cm_init();
     if (size <= CM_MAX_SMALL && alignment <= CM_PAGE_SIZE) {
         /* A class whose size is a multiple of alignment has every object aligned, since
          * spans start on page boundaries. */
@@ -251,16 +228,6 @@ void cm_free_unchecked(void *p, const char *caller)
         free_span_object(p, span, caller);
 }
 
-void cm_free_slow(void *p, const char *caller)
-{
-    if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, caller)))
-        return;
-    CM_DEBUG_WALK();
-    if (CM_UNLIKELY(cm_sampling) && cm_sample_free(p, caller))
-        return;
-    cm_free_unchecked(p, caller);
-}
-
 static size_t span_usable_size(const cm_span *span)
 {
     return span->state == CM_SPAN_SMALL ? cm_classes[span->size_class].size
@@ -273,32 +240,12 @@ size_t cm_usable_size_unchecked(const void *p)
     return span ? span_usable_size(span) : 0;
 }
 
-size_t cm_usable_size(const void *p)
+/* ---- calloc, realloc: what api.c's calls need of the spans ---------------------------------- */
+/* Whether a fresh block of size bytes at p is known to read as zero: its own new mapping. */
+bool cm_alloc_is_zeroed(const void *p, size_t size)
 {
-    size_t size;
-    if (p == NULL)
-        return 0;
-    if (CM_UNLIKELY(cm_option.check) && cm_check_usable_size(p, &size))
-        return size;
-    if (CM_UNLIKELY(cm_sampling) && cm_guard_owns(p))
-        return cm_guard_usable_size(p, "malloc_usable_size");
-    return cm_usable_size_unchecked(p);
-}
-
-/* ---- calloc, realloc -------------------------------------------------------------------- */
-void *cm_calloc(size_t count, size_t size)
-{
-    size_t total;
-    if (__builtin_mul_overflow(count, size, &total))
-        return out_of_memory();
-    void *p = cm_alloc(total);
-    if (p == NULL)
-        return NULL;
-    /* A fresh mapping is already zero (unless the debug mode filled it). */
-    if (total <= mmap_threshold() || cm_option.check ||
-        cm_pagemap_lookup(p)->state != CM_SPAN_MAPPED)
-        memset(p, 0, total);
-    return p;
+    cm_span *span = size > mmap_threshold() ? cm_pagemap_lookup(p) : NULL;
+    return span != NULL && span->state == CM_SPAN_MAPPED;
 }
 
 /* Resizes a MAPPED span's mapping without copying: in place, or moved onto a new reservation.
@@ -327,50 +274,28 @@ static void *remap_span(cm_span *span, size_t size)
     return cm_span_start(moved);
 }
 
-/* realloc(p, 0) frees p and returns NULL, as glibc does. */
-void *cm_realloc(void *p, size_t size)
+/* realloc's cases that need no new block: the block fits (wasting at most half), a page-heap
+ * block grows or shrinks where it lies, a MAPPED block is remapped. Returns the block (p, or a
+ * MAPPED block's new address); NULL with *old_size = its usable size when the caller must move
+ * it; NULL with *old_size = 0 when it failed (ENOMEM; an invalid p reported), p intact. */
+void *cm_realloc_in_place(void *p, size_t size, size_t *old_size)
 {
-    if (p == NULL)
-        return cm_alloc(size);
-    if (size == 0) {
-        cm_free(p);
-        return NULL;
-    }
-    void *sampled;
-    if (CM_UNLIKELY(cm_sampling) && cm_sample_realloc(p, size, &sampled))
-        return sampled;
-    if (CM_UNLIKELY(cm_option.check)) { /* else move, so stale pointers hit the quarantine */
-        if (cm_check_shrink(p, size))
-            return p;
-        size_t old = cm_usable_size(p);
-        void *q = cm_alloc(size);
-        if (q != NULL) {
-            memcpy(q, p, size < old ? size : old);
-            cm_free_slow(p, "realloc");
-        }
-        return q;
-    }
+    *old_size = 0;
     cm_span *span = checked_span(p, "realloc");
     if (span == NULL)
-        return out_of_memory();
+        return cm_out_of_memory();
     size_t old = span_usable_size(span);
     if (span->state == CM_SPAN_MAPPED && size > mmap_threshold()) {
         if (size > CM_REQUEST_MAX)
-            return out_of_memory();
+            return cm_out_of_memory();
         void *moved = remap_span(span, size);
-        return moved ? moved : out_of_memory();
+        return moved ? moved : cm_out_of_memory();
     }
-    /* Keep the block when the new size fits and wastes at most half of it. */
     if (size <= old && size >= old / 2)
         return p;
-    /* A page-heap block grows into free pages after it, or gives back its tail, in place. */
     if (span->state == CM_SPAN_LARGE && size > CM_MAX_SMALL && size <= mmap_threshold() &&
         cm_page_heap_resize(span, (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT))
         return p;
-    void *q = cm_alloc(size);
-    if (q == NULL)
-        return NULL;
-    memcpy(q, p, size < old ? size : old);
-    free_span_object(p, span, "realloc");
-    return q;
+    *old_size = old;
+    return NULL;
 }

@@ -23,7 +23,7 @@
  *   for every older chunk c: data(c) <= c->filled <= c + c->bytes;
  *   used == current->used_before + (cursor - data(current)).
  */
-#include "internal.h"
+#include "fastpath.h"
 #include "cmalloc.h"
 
 #include <errno.h>

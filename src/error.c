@@ -10,6 +10,7 @@
  */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 uintptr_t cm_list_key, cm_free_key; /* random, set once by cm_init */
@@ -48,6 +49,13 @@ void cm_message_write(cm_message *m, int fd)
 }
 
 /* ---- reports ------------------------------------------------------------------------------- */
+/* What every failing allocation returns: NULL with ENOMEM, the only errno cmalloc sets. */
+void *cm_out_of_memory(void)
+{
+    errno = ENOMEM;
+    return NULL;
+}
+
 /* Ends an error report begun in m: says what happens next, writes it, and aborts unless
  * CMALLOC_ABORT_ON_ERROR=0 (then the caller leaks the pointer and goes on). */
 void cm_report_finish(cm_message *m)

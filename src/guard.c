@@ -182,16 +182,20 @@ size_t cm_guard_bytes(size_t *live)
 }
 
 /* ---- the fault report ------------------------------------------------------------------- */
+/* The stacks are prof.c's (the profiler interns them; guard.c keeps their ids): prof.c hands
+ * its printer over at init, so guard.c, beneath the profiler, never calls up into it. */
+static cm_stack_printer stack_printer;
+
 static void report_stacks(const guard_slot *slot)
 {
     cm_message m = {.length = 0};
     cm_message_str(&m, "  allocated at:\n");
     cm_message_write(&m, 2);
-    cm_prof_stack_print(slot->alloc_stack, 2);
+    stack_printer(slot->alloc_stack, 2);
     if (slot->state == SLOT_FREED) {
         cm_message_str(&m, "  freed at:\n");
         cm_message_write(&m, 2);
-        cm_prof_stack_print(slot->free_stack, 2);
+        stack_printer(slot->free_stack, 2);
     }
 }
 
@@ -264,8 +268,9 @@ static void on_fault(int signal_number, siginfo_t *info, void *context)
 }
 
 /* Reserves the pool and installs the fault handler; false (guarding stays off) on failure. */
-bool cm_guard_init(void)
+bool cm_guard_init(cm_stack_printer print_stack)
 {
+    stack_printer = print_stack;
     size_t count = cm_option.guard_slots;
     if (count == 0)
         return false;

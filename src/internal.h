@@ -1,5 +1,6 @@
-/* internal.h - cross-file prototypes, grouped by the file that defines them, and the two fast
- * paths (cm_alloc, cm_free) that every entry point inlines.
+/* internal.h - cross-file prototypes, grouped by the file that defines them, in layer order.
+ * The two fast paths (cm_alloc, cm_free) are in fastpath.h, which only the entry points
+ * include: they call api.c, the top of the allocator.
  *
  * Lock order (outer first); fork handlers take them in this order too, after glibc's stdio
  * list lock (os.c):
@@ -79,6 +80,7 @@ void cm_message_uint(cm_message *m, uint64_t value);
 void cm_message_hex(cm_message *m, uint64_t value);
 void cm_message_write(cm_message *m, int fd);
 void cm_report_finish(cm_message *m);
+void *cm_out_of_memory(void);
 CM_COLD void cm_report_invalid_pointer(const char *caller, const void *p);
 CM_COLD void cm_report_double_free(const char *caller, const void *p);
 
@@ -210,17 +212,14 @@ void cm_thread_cache_init(void);
 void cm_thread_cache_fork(int phase);
 void cm_thread_cache_fork_owner(void);
 
-/* alloc.c: everything past the fast path */
-void *cm_alloc_slow(size_t size);
+/* alloc.c: the allocator beneath the modes (routing, large and mapped spans, bad pointers) */
 void *cm_alloc_unchecked(size_t size);
-void cm_free_slow(void *p, const char *caller);
+void *cm_alloc_aligned_unchecked(size_t alignment, size_t size);
 void cm_free_unchecked(void *p, const char *caller);
 size_t cm_usable_size_unchecked(const void *p);
 bool cm_is_object_start(const void *p);
-void *cm_alloc_aligned(size_t alignment, size_t size);
-void *cm_calloc(size_t count, size_t size);
-void *cm_realloc(void *p, size_t size);
-size_t cm_usable_size(const void *p);
+bool cm_alloc_is_zeroed(const void *p, size_t size);
+void *cm_realloc_in_place(void *p, size_t size, size_t *old_size);
 size_t cm_mapped_live_bytes(size_t *count);
 
 /* check.c: the CMALLOC_CHECK=1 debug mode */
@@ -231,20 +230,10 @@ bool cm_check_usable_size(const void *p, size_t *size);
 size_t cm_check_quarantined_bytes(void);
 void cm_check_fork(int phase);
 
-/* prof.c: the sampling heap profiler and the sampling decision for guard.c. cm_sampling is
- * set at init when either is on; the hooks in alloc.c test it on slow paths only. */
-extern int cm_sampling;
-void cm_prof_init(void);
-void *cm_sample_alloc(size_t size);
-bool cm_sample_free(void *p, const char *caller);
-bool cm_sample_realloc(void *p, size_t size, void **moved);
-void cm_prof_stack_print(uint32_t stack, int fd);
-void cm_prof_stats_print(int fd);
-void cm_prof_fork(int phase);
-
 /* guard.c: CMALLOC_GUARD_RATE, objects on their own page before a PROT_NONE guard */
 #define CM_GUARD_MAX_SIZE 4096 /* larger requests are never guarded */
-bool cm_guard_init(void);
+typedef void (*cm_stack_printer)(uint32_t stack, int fd);
+bool cm_guard_init(cm_stack_printer print_stack);
 void *cm_guard_alloc(size_t size, uint32_t stack);
 bool cm_guard_owns(const void *p);
 void cm_guard_free(void *p, const char *caller, uint32_t stack);
@@ -252,16 +241,25 @@ size_t cm_guard_usable_size(const void *p, const char *caller);
 size_t cm_guard_bytes(size_t *live);
 void cm_guard_fork(int phase);
 
-/* pool.c and arena.c: also the public cmalloc_pool_* and cmalloc_arena_* (see cmalloc.h) */
-struct cmalloc_pool;
-bool cm_pool_valid(const struct cmalloc_pool *pool);
-void cm_pool_fork(int phase);
+/* prof.c: the sampling heap profiler and the sampling decision for guard.c. cm_sampling is
+ * set at init when either is on; the hooks in alloc.c test it on slow paths only. */
+extern int cm_sampling;
+void cm_prof_init(void);
+void *cm_sample_alloc(size_t size);
+bool cm_sample_free(void *p, const char *caller);
+enum { CM_SAMPLE_NOT_MINE, CM_SAMPLE_KEEP, CM_SAMPLE_MOVE };
+int cm_sample_realloc(const void *p, size_t size, size_t *old_size);
+void cm_prof_stack_print(uint32_t stack, int fd);
+void cm_prof_stats_print(int fd);
+void cm_prof_fork(int phase);
 
-/* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
-bool cm_heap_check(void);
-
-/* background.c */
-void cm_background_start(void);
+/* api.c: the entry points' slow paths, where a call's mode is decided (fastpath.h calls in) */
+void *cm_alloc_slow(size_t size);
+void cm_free_slow(void *p, const char *caller);
+void *cm_alloc_aligned(size_t alignment, size_t size);
+void *cm_calloc(size_t count, size_t size);
+void *cm_realloc(void *p, size_t size);
+size_t cm_usable_size(const void *p);
 
 /* init.c */
 extern int cm_initialized;
@@ -270,6 +268,17 @@ static inline bool cm_is_initialized(void) /* acquire: options and tables are vi
 {
     return __atomic_load_n(&cm_initialized, __ATOMIC_ACQUIRE);
 }
+
+/* background.c */
+void cm_background_start(void);
+
+/* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
+bool cm_heap_check(void);
+
+/* pool.c and arena.c: also the public cmalloc_pool_* and cmalloc_arena_* (see cmalloc.h) */
+struct cmalloc_pool;
+bool cm_pool_valid(const struct cmalloc_pool *pool);
+void cm_pool_fork(int phase);
 
 /* ---- free-list links and free marks --------------------------------------------------------
  * A free object's first word links it to the next one, stored as
@@ -315,60 +324,6 @@ static inline void *cm_link_next_checked(const void *object)
     if (CM_UNLIKELY((uintptr_t)next & (CM_ALIGNMENT - 1)))
         cm_report_corrupt_list(object);
     return next;
-}
-
-/* ---- fast paths ----------------------------------------------------------------------------
- * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
- * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test, a table read, a pop (with a link check) and the
- * free mark cleared. free: a pagemap read of the class byte, an object-start test, the
- * double-free test (the free mark), a push, and a budget test.
- * Together 95 instructions per malloc+free pair with the caller's loop and PLT jumps;
- * tests/test_fastpath_budget.sh counts them with callgrind and fails above its budget.
- */
-static inline void *cm_alloc(size_t size)
-{
-    cm_thread_cache *cache = cm_thread_cache_current;
-    if (CM_LIKELY(size <= CM_MAX_SMALL)) {
-        unsigned size_class = cm_size_class(size);
-        cm_free_list *list = &cache->lists[size_class];
-        void *object = list->head;
-        if (CM_LIKELY(object != NULL)) {
-            list->head = cm_link_next_checked(object);
-            cm_object_hand_out(object);
-            list->length--;
-            cache->size -= cm_classes[size_class].size;
-            return object;
-        }
-    }
-    return cm_alloc_slow(size);
-}
-
-static inline void cm_free(void *p)
-{
-    cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
-    cm_thread_cache *cache = cm_thread_cache_current;
-    size_t index = cm_pagemap_index(p);
-    unsigned size_class;
-    if (CM_LIKELY(leaf != NULL && (size_class = leaf->size_classes[index]) != 0)) {
-        /* p must start one of the span's objects (size_class.c: start_limit). */
-        uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) |
-                          ((uintptr_t)p & (CM_PAGE_SIZE - 1));
-        const cm_class_info *info = &cm_classes[size_class];
-        cm_free_list *list = &cache->lists[size_class];
-        uintptr_t mark = cm_free_mark(p);
-        if (CM_LIKELY(offset * info->divisor_magic < info->start_limit &&
-                      list->length < list->max_length && ((uintptr_t *)p)[1] != mark)) {
-            cm_link_set_marked(p, list->head, mark);
-            list->head = p;
-            list->length++;
-            cache->size += info->size;
-            if (CM_UNLIKELY(cache->size > cache->max_size))
-                cm_thread_cache_scavenge(cache);
-            return;
-        }
-    }
-    cm_free_slow(p, "free");
 }
 
 #pragma GCC visibility pop

@@ -12,7 +12,7 @@
  * library can run beside another allocator (ThreadSanitizer's) instead of replacing it.
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "fastpath.h"
 #include "cmalloc.h"
 
 #include <errno.h>

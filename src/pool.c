@@ -45,7 +45,7 @@
  *   capacity == in_use + free bits set, over all chunks
  *   summary bit w clear  =>  free word w == 0;   bits past a chunk's objects are clear
  */
-#include "internal.h"
+#include "fastpath.h"
 #include "cmalloc.h"
 
 #include <errno.h>

@@ -722,30 +722,23 @@ bool cm_sample_free(void *p, const char *caller)
 
 /* realloc while sampling: a guarded or sampled block always moves (through the sampler again);
  * a small one stays when cm_realloc would keep it, else moves with its free through
- * cm_sample_free (cm_realloc's own move would hand it to the thread cache unseen). */
-bool cm_sample_realloc(void *p, size_t size, void **moved)
+ * cm_sample_free (an ordinary move would hand it to the thread cache unseen). Says what
+ * api.c's cm_realloc does: keep p, move it (*old_size: the bytes to copy), or leave it to the
+ * ordinary path. */
+int cm_sample_realloc(const void *p, size_t size, size_t *old_size)
 {
-    size_t old;
     unsigned size_class = small_class_of(p);
     if (size_class != 0) {
-        old = cm_classes[size_class].size;
-        if (size <= old && size >= old / 2) {
-            *moved = p;
-            return true;
-        }
-    } else if (cm_guard_owns(p))
-        old = cm_guard_usable_size(p, "realloc");
-    else if (is_sampled(p))
-        old = cm_usable_size_unchecked(p);
-    else
-        return false;
-    void *q = cm_alloc(size);
-    if (q != NULL) {
-        memcpy(q, p, old < size ? old : size);
-        cm_free_slow(p, "realloc");
+        *old_size = cm_classes[size_class].size;
+        return size <= *old_size && size >= *old_size / 2 ? CM_SAMPLE_KEEP : CM_SAMPLE_MOVE;
     }
-    *moved = q;
-    return true;
+    if (cm_guard_owns(p))
+        *old_size = cm_guard_usable_size(p, "realloc");
+    else if (is_sampled(p))
+        *old_size = cm_usable_size_unchecked(p);
+    else
+        return CM_SAMPLE_NOT_MINE;
+    return CM_SAMPLE_MOVE;
 }
 
 /* ---- output ----------------------------------------------------------------------------- */
@@ -1050,7 +1043,7 @@ void cm_prof_init(void)
     if (cm_option.guard_rate > 1)
         allocs_scale = -1 / (log_of(cm_option.guard_rate - 1) - log_of(cm_option.guard_rate));
     prof_on = cm_option.prof && tables_init();
-    guard_on = cm_option.guard_rate && tables_init() && cm_guard_init();
+    guard_on = cm_option.guard_rate && tables_init() && cm_guard_init(cm_prof_stack_print);
     for (unsigned c = 1; c < cm_class_count; c++)
         guard_unit[c] = guard_on && cm_classes[c].size <= CM_GUARD_MAX_SIZE;
     if (prof_on && cm_option.prof_signal)

@@ -1,0 +1,108 @@
+/* api.c - the slow paths of the entry points and the calls made of others (calloc, realloc,
+ * the aligned forms, usable size): where a call's mode is decided. The debug mode
+ * (CMALLOC_CHECK, check.c) and the sampler (CMALLOC_PROF / CMALLOC_GUARD_RATE, prof.c) each
+ * take a call here before the allocator beneath them (alloc.c) serves it; none of those calls
+ * back up. The first slow path of the process initializes it (cm_init).
+ * Holds no lock and no state.
+ */
+#include "fastpath.h"
+
+#include <string.h>
+
+void *cm_alloc_slow(size_t size)
+{
+    if (CM_UNLIKELY(!cm_is_initialized()))
+        cm_init();
+    CM_DEBUG_WALK();
+    if (CM_UNLIKELY(cm_option.check)) {
+        void *p = cm_check_alloc(size);
+        return p ? p : cm_out_of_memory();
+    }
+    if (CM_UNLIKELY(cm_sampling))
+        return cm_sample_alloc(size);
+    return cm_alloc_unchecked(size);
+}
+
+/* alignment: a power of two. Aligned blocks above CM_ALIGNMENT are served unchecked and
+ * unsampled (check.c's header would break their alignment). */
+void *cm_alloc_aligned(size_t alignment, size_t size)
+{
+    if (alignment <= CM_ALIGNMENT)
+        return cm_alloc(size);
+    if (CM_UNLIKELY(!cm_is_initialized()))
+        cm_init();
+    return cm_alloc_aligned_unchecked(alignment, size);
+}
+
+void cm_free_slow(void *p, const char *caller)
+{
+    if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, caller)))
+        return;
+    CM_DEBUG_WALK();
+    if (CM_UNLIKELY(cm_sampling) && cm_sample_free(p, caller))
+        return;
+    cm_free_unchecked(p, caller);
+}
+
+size_t cm_usable_size(const void *p)
+{
+    size_t size;
+    if (p == NULL)
+        return 0;
+    if (CM_UNLIKELY(cm_option.check) && cm_check_usable_size(p, &size))
+        return size;
+    if (CM_UNLIKELY(cm_sampling) && cm_guard_owns(p))
+        return cm_guard_usable_size(p, "malloc_usable_size");
+    return cm_usable_size_unchecked(p);
+}
+
+void *cm_calloc(size_t count, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total))
+        return cm_out_of_memory();
+    void *p = cm_alloc(total);
+    /* A fresh mapping is already zero (unless the debug mode filled it). */
+    if (p != NULL && (cm_option.check || !cm_alloc_is_zeroed(p, total)))
+        memset(p, 0, total);
+    return p;
+}
+
+/* realloc's move: a new block, the contents, and the old block freed by release. */
+static void *move_block(void *p, size_t old, size_t size, void (*release)(void *, const char *))
+{
+    void *q = cm_alloc(size);
+    if (q != NULL) {
+        memcpy(q, p, size < old ? size : old);
+        release(p, "realloc");
+    }
+    return q;
+}
+
+/* realloc(p, 0) frees p and returns NULL, as glibc does. A sampled or guarded block moves
+ * through the sampler, and in the debug mode every block that does not shrink moves (so stale
+ * pointers hit the quarantine): their old blocks are freed through cm_free_slow, where those
+ * modes see them; an ordinary block's straight through alloc.c. */
+void *cm_realloc(void *p, size_t size)
+{
+    if (p == NULL)
+        return cm_alloc(size);
+    if (size == 0) {
+        cm_free(p);
+        return NULL;
+    }
+    size_t old;
+    if (CM_UNLIKELY(cm_sampling)) {
+        int plan = cm_sample_realloc(p, size, &old);
+        if (plan == CM_SAMPLE_KEEP)
+            return p;
+        if (plan == CM_SAMPLE_MOVE)
+            return move_block(p, old, size, cm_free_slow);
+    }
+    if (CM_UNLIKELY(cm_option.check))
+        return cm_check_shrink(p, size) ? p : move_block(p, cm_usable_size(p), size, cm_free_slow);
+    void *resized = cm_realloc_in_place(p, size, &old);
+    if (resized != NULL || old == 0)
+        return resized;
+    return move_block(p, old, size, cm_free_unchecked);
+}

@@ -1,0 +1,68 @@
+/* fastpath.h - the two fast paths, malloc and free on a thread-cache hit, inlined into the
+ * entry points (override.c, api.c, pool.c, arena.c) and nowhere else: they call api.c's slow
+ * paths, the top of the allocator, which no lower layer may do.
+ */
+#ifndef CM_FASTPATH_H
+#define CM_FASTPATH_H
+
+#include "internal.h"
+
+#pragma GCC visibility push(hidden)
+
+/* ---- fast paths ----------------------------------------------------------------------------
+ * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
+ * whose lists are all empty with max_length 0, so both paths fall through to the slow path
+ * with no extra test. malloc: a size test, a table read, a pop (with a link check) and the
+ * free mark cleared. free: a pagemap read of the class byte, an object-start test, the
+ * double-free test (the free mark), a push, and a budget test.
+ * Together 95 instructions per malloc+free pair with the caller's loop and PLT jumps;
+ * tests/test_fastpath_budget.sh counts them with callgrind and fails above its budget.
+ */
+static inline void *cm_alloc(size_t size)
+{
+    cm_thread_cache *cache = cm_thread_cache_current;
+    if (CM_LIKELY(size <= CM_MAX_SMALL)) {
+        unsigned size_class = cm_size_class(size);
+        cm_free_list *list = &cache->lists[size_class];
+        void *object = list->head;
+        if (CM_LIKELY(object != NULL)) {
+            list->head = cm_link_next_checked(object);
+            cm_object_hand_out(object);
+            list->length--;
+            cache->size -= cm_classes[size_class].size;
+            return object;
+        }
+    }
+    return cm_alloc_slow(size);
+}
+
+static inline void cm_free(void *p)
+{
+    cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
+    cm_thread_cache *cache = cm_thread_cache_current;
+    size_t index = cm_pagemap_index(p);
+    unsigned size_class;
+    if (CM_LIKELY(leaf != NULL && (size_class = leaf->size_classes[index]) != 0)) {
+        /* p must start one of the span's objects (size_class.c: start_limit). */
+        uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) |
+                          ((uintptr_t)p & (CM_PAGE_SIZE - 1));
+        const cm_class_info *info = &cm_classes[size_class];
+        cm_free_list *list = &cache->lists[size_class];
+        uintptr_t mark = cm_free_mark(p);
+        if (CM_LIKELY(offset * info->divisor_magic < info->start_limit &&
+                      list->length < list->max_length && ((uintptr_t *)p)[1] != mark)) {
+            cm_link_set_marked(p, list->head, mark);
+            list->head = p;
+            list->length++;
+            cache->size += info->size;
+            if (CM_UNLIKELY(cache->size > cache->max_size))
+                cm_thread_cache_scavenge(cache);
+            return;
+        }
+    }
+    cm_free_slow(p, "free");
+}
+
+#pragma GCC visibility pop
+
+#endif /* CM_FASTPATH_H */
