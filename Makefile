@@ -62,7 +62,7 @@ TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -fno-builtin -Iinclude 
 
 all: $(LIB_SO) $(LIB_A)
 
-build/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h include/cmalloc.h | build/obj
+build/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h src/policy.h include/cmalloc.h | build/obj
 	$(CC) $(CFLAGS) $(WARN) $(LIBFLAGS) -c $< -o $@
 
 CXX ?= g++

@@ -180,7 +180,7 @@ void cm_central_tick(void)
     if (delay < 0)
         return;
     uint64_t now = cm_os_now_ms(), due = atomic_load_explicit(&next_decay_ms, memory_order_relaxed);
-    uint64_t interval = delay > 10 ? (uint64_t)delay : 10;
+    uint64_t interval = delay > CM_RELEASE_CHECK_MIN_MS ? (uint64_t)delay : CM_RELEASE_CHECK_MIN_MS;
     if (now < due || !atomic_compare_exchange_strong(&next_decay_ms, &due, now + interval))
         return;
     decay_transfer_caches();

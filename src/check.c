@@ -9,8 +9,8 @@
  *               mistaken for it)
  *   canary      every byte after the user data to the end of the raw object (>= 1 byte),
  *               checked at free: a write past the request is reported as an overflow
- *   freed data  filled with FREE_FILL; objects wait in a FIFO quarantine (QUARANTINE_OBJECTS,
- *               QUARANTINE_BYTES) and are checked for writes as they leave it to be reused
+ *   freed data  filled with FREE_FILL; objects wait in a FIFO quarantine (CM_QUARANTINE_OBJECTS,
+ *               CM_QUARANTINE_BYTES) and are checked for writes as they leave it to be reused
  *
  * Reports: overflow, double free (any second free while the object is still in quarantine or
  * not yet reused), write after free. Thread caches are bypassed (thread_cache.c gives no cache
@@ -27,8 +27,6 @@
 #define NEW_FILL 0xa5
 #define FREE_FILL 0xdf
 #define CANARY 0xca
-#define QUARANTINE_OBJECTS 4096
-#define QUARANTINE_BYTES ((size_t)16 << 20)
 
 typedef struct check_header {
     uintptr_t link;       /* the free-list link while free */
@@ -40,7 +38,7 @@ typedef struct check_header {
 enum { ALLOCATED = 0x11, FREED = 0x22 };
 
 static cm_lock quarantine_lock = CM_LOCK_INIT;
-static check_header *quarantine[QUARANTINE_OBJECTS]; /* FIFO ring */
+static check_header *quarantine[CM_QUARANTINE_OBJECTS]; /* FIFO ring */
 static size_t quarantine_head, quarantine_count, quarantine_bytes;
 
 static uintptr_t state_word(unsigned state, const void *raw)
@@ -155,12 +153,12 @@ bool cm_check_free(void *p, const char *caller)
     check_header *evicted[8];
     size_t evicted_count = 0;
     cm_lock_acquire(&quarantine_lock);
-    quarantine[(quarantine_head + quarantine_count) % QUARANTINE_OBJECTS] = raw;
+    quarantine[(quarantine_head + quarantine_count) % CM_QUARANTINE_OBJECTS] = raw;
     quarantine_count++;
     quarantine_bytes += raw_size(raw);
-    while (evicted_count < 8 && (quarantine_count == QUARANTINE_OBJECTS || quarantine_bytes > QUARANTINE_BYTES)) {
+    while (evicted_count < 8 && (quarantine_count == CM_QUARANTINE_OBJECTS || quarantine_bytes > CM_QUARANTINE_BYTES)) {
         check_header *oldest = quarantine[quarantine_head];
-        quarantine_head = (quarantine_head + 1) % QUARANTINE_OBJECTS;
+        quarantine_head = (quarantine_head + 1) % CM_QUARANTINE_OBJECTS;
         quarantine_count--;
         quarantine_bytes -= raw_size(oldest);
         evicted[evicted_count++] = oldest;

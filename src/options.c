@@ -31,16 +31,16 @@ typedef struct option_entry {
 enum { OPTION_TEXT = 2 }; /* a string, kept as given (a path, a signal's name) */
 
 static const option_entry options[] = {
-    {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, 1 << 20,
+    {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, CM_DEFAULT_MMAP_THRESHOLD,
      .doc = "requests above this many bytes get their own mmap (and mremap on realloc)"},
-    {"MMAP_THRESHOLD_MAX", &cm_option.mmap_threshold_max, 0, 32 << 20,
+    {"MMAP_THRESHOLD_MAX", &cm_option.mmap_threshold_max, 0, CM_DEFAULT_MMAP_THRESHOLD_MAX,
      .doc = "freeing a mapped block raises the threshold to its size, up to this, so blocks churned "
      "again and again stay in the page heap (as glibc does); equal to MMAP_THRESHOLD: fixed"},
-    {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, 0, 2 << 20,
+    {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, 0, CM_DEFAULT_THREAD_CACHE_MAX,
      .doc = "most bytes one thread's cache may hold"},
-    {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, 0, 64 << 20,
+    {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, 0, CM_DEFAULT_THREAD_CACHE_TOTAL,
      .doc = "most bytes all thread caches together may hold"},
-    {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, 1, 1000,
+    {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, 1, CM_DEFAULT_RELEASE_DELAY_MS,
      .doc = "free pages idle this long are returned to the OS (0: at once, -1: never)"},
     {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 0,
      .doc = "1: a helper thread, started when the library loads, returns idle pages even when the "
@@ -55,7 +55,7 @@ static const option_entry options[] = {
     {"VERBOSE", &cm_option.verbose, 0, 0, .doc = "1: print the options in force to stderr at start"},
     {"PROF", &cm_option.prof, 0, 0,
      .doc = "1: sampling heap profiler on (implied by PROF_LEAKS, PROF_DUMP, PROF_SIGNAL)"},
-    {"PROF_RATE", &cm_option.prof_rate, 0, 512 << 10,
+    {"PROF_RATE", &cm_option.prof_rate, 0, CM_DEFAULT_PROF_RATE,
      .doc = "the profiler samples on average one allocation per this many bytes allocated"},
     {"PROF_LEAKS", &cm_option.prof_leaks, 0, 0,
      .doc = "1: at exit, print the sampled allocations still live, grouped by stack, largest first"},

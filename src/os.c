@@ -52,7 +52,7 @@ void *cm_os_map(size_t size)
  * two >= CM_PAGE_SIZE): over-map, then trim both ends. NULL on failure. */
 void *cm_os_map_aligned(size_t size, size_t alignment)
 {
-    size_t padded = size + alignment - 4096;
+    size_t padded = size + alignment - CM_SYSTEM_PAGE; /* the kernel aligns to its page already */
     if (padded < size)
         return NULL;
     ERRNO_KEEP;

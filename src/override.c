@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define SYSTEM_PAGE 4096
 
 #ifdef CM_PREFIX
 #define CM_GLUE(prefix, name) prefix##name
@@ -88,16 +87,16 @@ CM_EXPORT void *CM_ENTRY(memalign)(size_t alignment, size_t size)
     return cm_alloc_aligned(rounded, size);
 }
 
-CM_EXPORT void *CM_ENTRY(valloc)(size_t size) { return cm_alloc_aligned(SYSTEM_PAGE, size); }
+CM_EXPORT void *CM_ENTRY(valloc)(size_t size) { return cm_alloc_aligned(CM_SYSTEM_PAGE, size); }
 
 CM_EXPORT void *CM_ENTRY(pvalloc)(size_t size)
 {
-    size_t rounded = (size + SYSTEM_PAGE - 1) & ~(size_t)(SYSTEM_PAGE - 1);
+    size_t rounded = (size + CM_SYSTEM_PAGE - 1) & ~(size_t)(CM_SYSTEM_PAGE - 1);
     if (rounded < size) {
         errno = ENOMEM;
         return NULL;
     }
-    return cm_alloc_aligned(SYSTEM_PAGE, rounded ? rounded : SYSTEM_PAGE);
+    return cm_alloc_aligned(CM_SYSTEM_PAGE, rounded ? rounded : CM_SYSTEM_PAGE);
 }
 
 CM_EXPORT int CM_ENTRY(malloc_trim)(size_t pad)

@@ -18,7 +18,7 @@
  */
 #include "internal.h"
 
-#define GROW_MIN_PAGES ((size_t)(2 << 20) >> CM_PAGE_SHIFT)
+#define GROW_MIN_PAGES (CM_HEAP_GROW_MIN >> CM_PAGE_SHIFT)
 
 static cm_lock heap_lock = CM_LOCK_INIT;
 static cm_span *free_lists[CM_HEAP_LISTS + 1];

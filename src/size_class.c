@@ -4,8 +4,10 @@
  *   size     16-byte steps up to 128 B, then 8 classes per doubling (step = lower bound / 8),
  *            so a request wastes at most 12.5% above 128 B; every size is a multiple of 16,
  *            so every object is 16-byte aligned.
- *   pages    the fewest pages holding min(8 objects, 256 KiB) whose tail waste <= 12.5%.
- *   batch    objects per fill/flush: 64 KiB / size, clamped to [2, CM_BATCH_MAX].
+ *   pages    the fewest pages holding min(CM_SPAN_OBJECTS_MIN objects, 256 KiB) whose tail
+ *            wastes at most 1/CM_SPAN_WASTE_DIVISOR (policy.h).
+ *   batch    objects per fill/flush: CM_BATCH_BYTES / size, clamped to [CM_BATCH_MIN,
+ *            CM_BATCH_MAX].
  *   magic    for free's test that an offset into a span starts one of its objects, with no
  *            division: offset * magic (mod 2^64) is k * step for offset k * size, where
  *            step = magic * size (mod 2^64) < size, and at least magic for any offset not a
@@ -13,7 +15,8 @@
  *            offset * magic < start_limit = objects * step, which also rejects the slots past
  *            the last whole object in the span's tail. (A power-of-two size has step 0 and no
  *            tail: start_limit 1 accepts every multiple.)
- *   transfer batches the central transfer cache keeps: 512 KiB / batch bytes, clamped [2, 64]
+ *   transfer batches the central transfer cache keeps: CM_TRANSFER_BYTES / batch bytes, clamped
+ *            to [CM_TRANSFER_MIN, CM_TRANSFER_SLOTS]
  *            (idle batches are drained by age, central_cache.c).
  * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to 1 KiB and in
  * 128-byte steps above (every class above 1 KiB is a multiple of 128). Class 0 is never used.
@@ -33,9 +36,9 @@ static size_t clamp(size_t value, size_t low, size_t high)
 
 static uint32_t pages_for(size_t size)
 {
-    size_t want = clamp(8 * size, size, CM_MAX_SMALL);
+    size_t want = clamp(CM_SPAN_OBJECTS_MIN * size, size, CM_MAX_SMALL);
     size_t pages = (want + CM_PAGE_SIZE - 1) / CM_PAGE_SIZE;
-    while ((pages * CM_PAGE_SIZE) % size > pages * CM_PAGE_SIZE / 8)
+    while ((pages * CM_PAGE_SIZE) % size > pages * CM_PAGE_SIZE / CM_SPAN_WASTE_DIVISOR)
         pages++;
     return (uint32_t)pages;
 }
@@ -51,14 +54,14 @@ static void add_class(size_t size)
     c->size = (uint32_t)size;
     c->pages = pages_for(size);
     c->objects = (uint32_t)(c->pages * CM_PAGE_SIZE / size);
-    c->batch = (uint32_t)clamp((64u << 10) / size, 2, CM_BATCH_MAX);
+    c->batch = (uint32_t)clamp(CM_BATCH_BYTES / size, CM_BATCH_MIN, CM_BATCH_MAX);
     c->divisor_magic = UINT64_MAX / size + 1;
     uint64_t step = c->divisor_magic * size;
     c->start_limit = step == 0 ? 1 : (uint32_t)(c->objects * step);
     CM_ASSERT(c->objects >= 1 && c->pages < 256 && c->batch <= CM_BATCH_MAX &&
               (uint64_t)c->objects * step < c->divisor_magic);
     c->transfer_capacity =
-        (uint32_t)clamp((512u << 10) / ((size_t)c->batch * size), 2, CM_TRANSFER_SLOTS);
+        (uint32_t)clamp(CM_TRANSFER_BYTES / ((size_t)c->batch * size), CM_TRANSFER_MIN, CM_TRANSFER_SLOTS);
 }
 
 void cm_size_class_init(void)

@@ -7,7 +7,7 @@
  *
  * Sizing: a list's max_length starts at 1 and grows by one per miss up to the class's batch,
  * then by a batch per miss up to list_cap() (slow start: a thread that allocates little caches
- * little). A cache's byte budget (max_size) starts at START_BUDGET and grows, in doubling steps
+ * little). A cache's byte budget (max_size) starts at CM_THREAD_START_BUDGET and grows, in doubling steps
  * claimed from the global pool of CMALLOC_THREAD_CACHE_TOTAL bytes, to at most
  * CMALLOC_THREAD_CACHE_MAX; past its budget the cache gives back half of every list.
  *
@@ -26,7 +26,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define START_BUDGET ((size_t)64 << 10)
 
 enum { THREAD_NEW = 0, THREAD_LIVE, THREAD_GONE };
 
@@ -43,12 +42,11 @@ static _Atomic int64_t unclaimed_budget; /* of CMALLOC_THREAD_CACHE_TOTAL; may d
 static pthread_key_t exit_key;
 static bool have_exit_key;             /* pthread_key_create can fail: all keys taken */
 
-#define SWEEP_PER_CREATE 2 /* more than the one orphan a new thread can add: orphans drain */
-
 static uint32_t list_cap(unsigned size_class)
 {
-    uint32_t batch = cm_classes[size_class].batch, by_bytes = (uint32_t)((256u << 10) / cm_classes[size_class].size);
-    uint32_t cap = by_bytes < 8192 ? by_bytes : 8192;
+    uint32_t batch = cm_classes[size_class].batch;
+    uint32_t by_bytes = (uint32_t)(CM_LIST_BYTES_MAX / cm_classes[size_class].size);
+    uint32_t cap = by_bytes < CM_LIST_OBJECTS_MAX ? by_bytes : CM_LIST_OBJECTS_MAX;
     return cap > batch ? cap : batch;
 }
 
@@ -142,7 +140,7 @@ static void sweep_orphans_locked(size_t count)
 static CM_NOINLINE cm_thread_cache *create(void)
 {
     cm_lock_acquire(&registry_lock);
-    sweep_orphans_locked(SWEEP_PER_CREATE);
+    sweep_orphans_locked(CM_SWEEP_PER_CREATE);
     cm_thread_cache *cache = spare_caches;
     if (cache != NULL)
         spare_caches = cache->next;
@@ -152,9 +150,9 @@ static CM_NOINLINE cm_thread_cache *create(void)
     memset(cache, 0, sizeof *cache);
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
         cache->lists[size_class].max_length = 1;
-    cache->max_size = START_BUDGET;
+    cache->max_size = CM_THREAD_START_BUDGET;
     cache->owner_tid = cm_os_thread_id();
-    atomic_fetch_sub(&unclaimed_budget, (int64_t)START_BUDGET);
+    atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
 
     cm_lock_acquire(&registry_lock);
     cache->next = registry;
@@ -304,7 +302,7 @@ bool cm_thread_cache_valid(void)
             return false;
         bytes += (size_t)list->length * cm_classes[size_class].size;
     }
-    return bytes == cache->size && cache->max_size <= cm_option.thread_cache_max + START_BUDGET;
+    return bytes == cache->size && cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
 
 void cm_thread_cache_init(void)

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <pthread.h>
 
+#include "policy.h"
+
 /* ---- sizes ------------------------------------------------------------------------------- */
 #define CM_PAGE_SHIFT     13                          /* pages are 8 KiB */
 #define CM_PAGE_SIZE      ((size_t)1 << CM_PAGE_SHIFT)
@@ -17,13 +19,11 @@
 #define CM_MAX_SMALL      ((size_t)256 << 10)         /* largest size served by a size class */
 #define CM_CLASSES_MAX    100                         /* table capacity; class 0 means "not small" */
 #define CM_SMALL_STEP_MAX 1024                        /* below this, class lookup in 16 B steps */
-#define CM_BATCH_MAX      32                          /* objects moved per fill/flush, at most */
-#define CM_TRANSFER_SLOTS 64                          /* batches one transfer cache can hold */
 #define CM_HEAP_LISTS     128                         /* page heap: exact lists for 1..128 pages */
 #define CM_ADDRESS_BITS   48                          /* user-space virtual addresses */
 #define CM_REQUEST_MAX    ((size_t)1 << (CM_ADDRESS_BITS - 1)) /* no user address space has room
                                                          for more: larger requests fail at once */
-#define CM_MMAP_THRESHOLD_LIMIT ((size_t)32 << 20)    /* mallopt refuses more, as glibc does */
+
 
 /* ---- locks (the only lock type; see os.c for the platform side) --------------------------- */
 typedef pthread_mutex_t cm_lock;
