@@ -85,7 +85,7 @@ CM_COLD void cm_report_invalid_pointer(const char *caller, const void *p);
 CM_COLD void cm_report_double_free(const char *caller, const void *p);
 
 /* options.c */
-typedef struct cm_options {
+typedef struct cm_option_values {
     size_t mmap_threshold;      /* larger requests go straight to mmap */
     size_t mmap_threshold_max;  /* how far frees of mapped blocks may raise the threshold */
     size_t thread_cache_max;    /* budget of one thread's cache */
@@ -104,9 +104,9 @@ typedef struct cm_options {
     size_t sample_exact;        /* sampling sees every free (prof.c parks the lists) */
     size_t guard_rate;          /* one small allocation in this many is guarded (guard.c); 0 off */
     size_t guard_slots;         /* guarded allocations live or quarantined at once, at most */
-} cm_options;
+} cm_option_values;
 #define CM_STATS_JSON 2         /* CMALLOC_STATS=json */
-extern cm_options cm_option;
+extern cm_option_values cm_option;
 void cm_options_init(char **environment);
 void cm_options_print(int fd);
 /* Option number index (0, 1, ... until false): its upper-case name, value, and keyword when

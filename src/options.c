@@ -17,7 +17,7 @@
 
 #include <string.h>
 
-cm_options cm_option;
+cm_option_values cm_option;
 
 typedef struct option_entry {
     const char *name;          /* after the CMALLOC_ prefix; lower case in CMALLOC_CONF */
