@@ -18,15 +18,15 @@ extern "C" {
 
 /* Process-wide counters, read without stopping other threads (so a snapshot, not a fence). */
 typedef struct cmalloc_stats {
-    size_t bytes_in_use;       /* handed to the program and not yet freed (object-size granularity) */
-    size_t bytes_mapped;       /* obtained from the OS and not yet unmapped */
-    size_t bytes_released;     /* mapped, but given back with madvise: not resident */
+    size_t bytes_in_use;   /* handed to the program and not yet freed (object-size granularity) */
+    size_t bytes_mapped;   /* obtained from the OS and not yet unmapped */
+    size_t bytes_released; /* mapped, but given back with madvise: not resident */
     size_t bytes_page_heap_free; /* in free spans of the page heap, still resident */
-    size_t bytes_central_cache; /* in central transfer caches, ready for any thread */
-    size_t bytes_thread_caches; /* in per-thread caches */
-    size_t bytes_metadata;     /* spans, thread caches and pagemap nodes */
-    size_t large_allocations;  /* live allocations served by whole spans or mmap */
-    size_t thread_caches;      /* live thread caches */
+    size_t bytes_central_cache;  /* in central transfer caches, ready for any thread */
+    size_t bytes_thread_caches;  /* in per-thread caches */
+    size_t bytes_metadata;       /* spans, thread caches and pagemap nodes */
+    size_t large_allocations;    /* live allocations served by whole spans or mmap */
+    size_t thread_caches;        /* live thread caches */
 } cmalloc_stats;
 
 /* Fills *stats. Returns 0. */
@@ -118,22 +118,23 @@ size_t cmalloc_arena_used(const cmalloc_arena *arena);
  * Thread-safety below: "pool's threads" means any thread with THREAD_SAFE, else one at a time.
  */
 typedef struct cmalloc_pool cmalloc_pool;
-#define CMALLOC_POOL_FIXED       0u  /* capacity is a hard limit: alloc returns NULL when full */
-#define CMALLOC_POOL_GROW        1u  /* grows by chunks; objects never move */
-#define CMALLOC_POOL_THREAD_SAFE 2u  /* any thread may alloc and free */
+#define CMALLOC_POOL_FIXED       0u /* capacity is a hard limit: alloc returns NULL when full */
+#define CMALLOC_POOL_GROW        1u /* grows by chunks; objects never move */
+#define CMALLOC_POOL_THREAD_SAFE 2u /* any thread may alloc and free */
 
 /* A pool of objects of object_size bytes (1 B .. 1 GiB), room for capacity of them reserved.
  * EINVAL: object_size 0 or above 1 GiB, unknown flags, a FIXED pool of capacity 0.
  * ENOMEM: the reservation failed. O(capacity / objects per chunk). Any thread. */
 cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity, unsigned flags);
-/* O(1) (a GROW pool past its chunks: one page-heap call); NULL + ENOMEM when out. Pool's threads. */
+/* O(1) (a GROW pool past its chunks: one page-heap call); NULL + ENOMEM when out. Pool's threads.
+ */
 void *cmalloc_pool_alloc(cmalloc_pool *pool);
 /* O(1); NULL: no-op. Pool's threads (THREAD_SAFE: any thread, whichever allocated it). */
 void cmalloc_pool_free(cmalloc_pool *pool, void *object);
 /* O(1), any thread (a snapshot while others allocate and free). */
-size_t cmalloc_pool_capacity(const cmalloc_pool *pool);      /* objects it holds without growing */
-size_t cmalloc_pool_in_use(const cmalloc_pool *pool);        /* allocated and not freed */
-size_t cmalloc_pool_object_size(const cmalloc_pool *pool);   /* usable bytes of each object */
+size_t cmalloc_pool_capacity(const cmalloc_pool *pool);    /* objects it holds without growing */
+size_t cmalloc_pool_in_use(const cmalloc_pool *pool);      /* allocated and not freed */
+size_t cmalloc_pool_object_size(const cmalloc_pool *pool); /* usable bytes of each object */
 /* Frees every object at once; the pages go back to the OS. O(chunks). NULL: no-op. No other
  * call on the pool may be running or follow. */
 void cmalloc_pool_destroy(cmalloc_pool *pool);

@@ -74,8 +74,8 @@ static void unmap_span(cm_span *span)
 {
     size_t bytes = span->pages << CM_PAGE_SHIFT;
     unsigned slot = atomic_fetch_add_explicit(&recently_unmapped_next, 1, memory_order_relaxed);
-    atomic_store_explicit(&recently_unmapped[slot % RECENTLY_UNMAPPED], (uintptr_t)cm_span_start(span),
-                          memory_order_relaxed);
+    atomic_store_explicit(&recently_unmapped[slot % RECENTLY_UNMAPPED],
+                          (uintptr_t)cm_span_start(span), memory_order_relaxed);
     cm_page_heap_set_mapped(span->page, NULL);
     cm_os_unmap(cm_span_start(span), bytes);
     cm_span_delete(span);
@@ -97,7 +97,8 @@ static cm_span *large_span(size_t size, size_t alignment)
     size_t pages = size ? (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT : 1; /* aligned size 0 */
     return size > mmap_threshold()
                ? map_span(pages, alignment)
-               : cm_page_heap_alloc(pages, alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
+               : cm_page_heap_alloc(pages,
+                                    alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
 }
 
 /* A LARGE or MAPPED allocation of at least size bytes, aligned to alignment (a power of two
@@ -133,7 +134,8 @@ void *cm_alloc_aligned_unchecked(size_t alignment, size_t size)
     if (size <= CM_MAX_SMALL && alignment <= CM_PAGE_SIZE) {
         /* A class whose size is a multiple of alignment has every object aligned, since
          * spans start on page boundaries. */
-        for (unsigned c = cm_size_class(size < alignment ? alignment : size); c < cm_class_count; c++) {
+        for (unsigned c = cm_size_class(size < alignment ? alignment : size); c < cm_class_count;
+             c++) {
             if (cm_classes[c].size % alignment == 0)
                 return alloc_class(c);
         }
@@ -153,13 +155,13 @@ static cm_span *object_span(const void *p)
     switch (span->state) {
     case CM_SPAN_SMALL: /* an object start, not a slot in the tail past the last object */
         return offset % cm_classes[span->size_class].size == 0 &&
-                       offset / cm_classes[span->size_class].size < cm_classes[span->size_class].objects
-                   ? span : NULL;
+                       offset / cm_classes[span->size_class].size <
+                           cm_classes[span->size_class].objects
+                   ? span
+                   : NULL;
     case CM_SPAN_LARGE:
-    case CM_SPAN_MAPPED:
-        return offset == 0 ? span : NULL;
-    default:
-        return NULL;
+    case CM_SPAN_MAPPED: return offset == 0 ? span : NULL;
+    default: return NULL;
     }
 }
 
@@ -188,7 +190,8 @@ static bool freed_before(const void *p)
             return false;
         span = cm_span_of(probe);
         if (span != NULL)
-            return span->state == CM_SPAN_FREE && ((uintptr_t)p >> CM_PAGE_SHIFT) - span->page < span->pages;
+            return span->state == CM_SPAN_FREE &&
+                   ((uintptr_t)p >> CM_PAGE_SHIFT) - span->page < span->pages;
     }
     return false;
 }
@@ -252,10 +255,12 @@ bool cm_alloc_is_zeroed(const void *p, size_t size)
  * Returns the new address or NULL (the old block intact). */
 static void *remap_span(cm_span *span, size_t size)
 {
-    size_t pages = (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT, old_bytes = span->pages << CM_PAGE_SHIFT;
+    size_t pages = (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT,
+           old_bytes = span->pages << CM_PAGE_SHIFT;
     void *old = cm_span_start(span);
     if (cm_os_resize(old, old_bytes, pages << CM_PAGE_SHIFT)) {
-        atomic_fetch_add_explicit(&mapped_live_bytes, (pages << CM_PAGE_SHIFT) - old_bytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mapped_live_bytes, (pages << CM_PAGE_SHIFT) - old_bytes,
+                                  memory_order_relaxed);
         span->pages = pages;
         return old;
     }

@@ -29,22 +29,22 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#define HEADER 64                             /* chunk header, keeps data 64-byte aligned */
+#define HEADER   64 /* chunk header, keeps data 64-byte aligned */
 #define GROW_MAX ((size_t)64 << 20)
 
 typedef struct arena_chunk {
-    struct arena_chunk *prev;   /* the chunk filled before this one */
-    cm_span *span;              /* the page-heap span this chunk is */
-    size_t bytes;               /* whole chunk, header included */
-    char *filled;               /* the cursor when a newer chunk became current */
-    size_t used_before;         /* bytes handed out in older chunks when this one began */
+    struct arena_chunk *prev; /* the chunk filled before this one */
+    cm_span *span;            /* the page-heap span this chunk is */
+    size_t bytes;             /* whole chunk, header included */
+    char *filled;             /* the cursor when a newer chunk became current */
+    size_t used_before;       /* bytes handed out in older chunks when this one began */
 } arena_chunk;
 
 struct cmalloc_arena {
-    char *cursor;               /* next free byte of the current chunk */
-    char *end;                  /* end of the current chunk */
-    arena_chunk *current;       /* newest chunk; ->prev the older ones */
-    arena_chunk *spare;         /* given back by a rewind, kept for the next growth */
+    char *cursor;         /* next free byte of the current chunk */
+    char *end;            /* end of the current chunk */
+    arena_chunk *current; /* newest chunk; ->prev the older ones */
+    arena_chunk *spare;   /* given back by a rewind, kept for the next growth */
 };
 
 static char *data(arena_chunk *chunk)

@@ -7,12 +7,14 @@
  *   spans            the class's SMALL spans that have room (returned objects or never-used
  *                    space at the bump pointer), doubly linked; full spans are on no list.
  *
- * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit) and alloc.c
- * (threads whose cache is gone).
+ * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
+ * time for a thread whose cache is gone), alloc.c (drain before a retry when the OS refuses
+ * memory) and background.c (the decay tick).
  * Release by age: batches that sat in a transfer cache through a whole interval of
  * CMALLOC_RELEASE_DELAY_MS (below the interval's low-water mark) go back to their spans, so
- * that spans can empty and the page heap can return them; checked on fills and flushes. Lock: each class's own; the page heap lock is taken inside
- * it to get or return spans. Invariant per class:
+ * that spans can empty and the page heap can return them; checked on fills and flushes.
+ * Lock: each class's own; the page heap lock is taken inside it to get or return spans.
+ * Invariant per class:
  *   objects_out == sum of span->used over its spans
  *              == objects in thread caches + in the transfer cache + held by the program.
  */
@@ -23,10 +25,10 @@
 
 typedef struct central {
     cm_lock lock;
-    unsigned transfer_count;            /* batches in transfer[] */
-    void *transfer[CM_TRANSFER_SLOTS];  /* full batches */
-    unsigned transfer_low_water;        /* fewest batches held since the last decay tick */
-    cm_span *spans;                     /* spans with room */
+    unsigned transfer_count;           /* batches in transfer[] */
+    void *transfer[CM_TRANSFER_SLOTS]; /* full batches */
+    unsigned transfer_low_water;       /* fewest batches held since the last decay tick */
+    cm_span *spans;                    /* spans with room */
     size_t objects_out;
 } __attribute__((aligned(64))) central;
 
@@ -163,10 +165,12 @@ static void decay_transfer_caches(void)
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         central *c = &centrals[size_class];
         cm_lock_acquire(&c->lock);
-        unsigned idle = c->transfer_low_water < c->transfer_count ? c->transfer_low_water : c->transfer_count;
+        unsigned idle =
+            c->transfer_low_water < c->transfer_count ? c->transfer_low_water : c->transfer_count;
         for (unsigned i = 0; i < idle; i++)
             span_push_list_locked(c, c->transfer[i]);
-        memmove(c->transfer, c->transfer + idle, (c->transfer_count - idle) * sizeof c->transfer[0]);
+        memmove(c->transfer, c->transfer + idle,
+                (c->transfer_count - idle) * sizeof c->transfer[0]);
         c->transfer_count -= idle;
         c->transfer_low_water = c->transfer_count;
         cm_lock_release(&c->lock);
@@ -214,7 +218,8 @@ size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects)
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length)
 {
     size_t n = 0;
-    for (void *object = list; object != NULL && n <= expected_length; object = cm_link_next(object), n++) {
+    for (void *object = list; object != NULL && n <= expected_length;
+         object = cm_link_next(object), n++) {
         cm_span *span = cm_span_of(object);
         if (span == NULL || span->state != CM_SPAN_SMALL || span->size_class != size_class ||
             ((char *)object - (char *)cm_span_start(span)) % cm_classes[size_class].size != 0 ||
@@ -237,18 +242,21 @@ bool cm_central_valid(void)
         cm_lock_acquire(&c->lock);
         for (cm_span *span = c->spans; span && ok; span = span->next) {
             size_t free_count = 0;
-            for (void *o = span->free_objects; o && free_count <= info->objects; o = cm_link_next(o))
+            for (void *o = span->free_objects; o && free_count <= info->objects;
+                 o = cm_link_next(o))
                 free_count++;
             ok = span->state == CM_SPAN_SMALL && span->size_class == size_class && span->listed &&
                  (span->free_objects || span->bump < span->limit) &&
-                 span->used + free_count + (size_t)(span->limit - span->bump) / info->size == info->objects &&
+                 span->used + free_count + (size_t)(span->limit - span->bump) / info->size ==
+                     info->objects &&
                  cm_object_list_valid(size_class, span->free_objects, free_count);
             listed_used += span->used;
         }
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
             ok = cm_object_list_valid(size_class, c->transfer[i], info->batch);
         /* Objects in transfer batches are also counted in their spans' used. */
-        ok = ok && c->objects_out >= listed_used && c->objects_out >= (size_t)c->transfer_count * info->batch;
+        ok = ok && c->objects_out >= listed_used &&
+             c->objects_out >= (size_t)c->transfer_count * info->batch;
         cm_lock_release(&c->lock);
     }
     return ok;

@@ -23,14 +23,14 @@
 
 #include <string.h>
 
-#define HEADER 32
-#define NEW_FILL 0xa5
+#define HEADER    32
+#define NEW_FILL  0xa5
 #define FREE_FILL 0xdf
-#define CANARY 0xca
+#define CANARY    0xca
 
 typedef struct check_header {
-    uintptr_t link;       /* the free-list link while free */
-    uintptr_t state;      /* state_word(ALLOCATED / FREED, raw) */
+    uintptr_t link;  /* the free-list link while free */
+    uintptr_t state; /* state_word(ALLOCATED / FREED, raw) */
     size_t requested;
     size_t unused;
 } check_header;
@@ -89,7 +89,8 @@ static check_header *header_of(const void *p)
     check_header *raw = (check_header *)((uintptr_t)p - HEADER);
     if ((uintptr_t)p < HEADER || cm_is_object_start(p) || !cm_is_object_start(raw))
         return NULL;
-    return raw->state == state_word(ALLOCATED, raw) || raw->state == state_word(FREED, raw) ? raw : NULL;
+    return raw->state == state_word(ALLOCATED, raw) || raw->state == state_word(FREED, raw) ? raw
+                                                                                            : NULL;
 }
 
 /* Really frees an object leaving quarantine, after checking nobody wrote to it. */
@@ -156,7 +157,8 @@ bool cm_check_free(void *p, const char *caller)
     quarantine[(quarantine_head + quarantine_count) % CM_QUARANTINE_OBJECTS] = raw;
     quarantine_count++;
     quarantine_bytes += raw_size(raw);
-    while (evicted_count < 8 && (quarantine_count == CM_QUARANTINE_OBJECTS || quarantine_bytes > CM_QUARANTINE_BYTES)) {
+    while (evicted_count < 8 &&
+           (quarantine_count == CM_QUARANTINE_OBJECTS || quarantine_bytes > CM_QUARANTINE_BYTES)) {
         check_header *oldest = quarantine[quarantine_head];
         quarantine_head = (quarantine_head + 1) % CM_QUARANTINE_OBJECTS;
         quarantine_count--;

@@ -34,7 +34,10 @@ static void message_digits(cm_message *m, uint64_t value, unsigned base)
         m->text[m->length++] = digits[--n];
 }
 
-void cm_message_uint(cm_message *m, uint64_t value) { message_digits(m, value, 10); }
+void cm_message_uint(cm_message *m, uint64_t value)
+{
+    message_digits(m, value, 10);
+}
 
 void cm_message_hex(cm_message *m, uint64_t value)
 {

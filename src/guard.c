@@ -32,26 +32,26 @@
 #include <signal.h>
 #include <string.h>
 
-#define PAGE ((size_t)4096)     /* the kernel's page: the unit of protection */
+#define PAGE      ((size_t)4096) /* the kernel's page: the unit of protection */
 #define SLOTS_MAX 65536
 
 enum { SLOT_NEVER = 0, SLOT_LIVE, SLOT_FREED };
 
 typedef struct guard_slot {
-    uint32_t state;              /* SLOT_* */
-    uint32_t size;               /* bytes requested (live or freed) */
-    uint32_t alloc_stack;        /* prof.c stack ids, 0: none */
+    uint32_t state;       /* SLOT_* */
+    uint32_t size;        /* bytes requested (live or freed) */
+    uint32_t alloc_stack; /* prof.c stack ids, 0: none */
     uint32_t free_stack;
-    uint32_t next_freed;         /* FIFO of freed slots: index + 1, 0 at the tail */
+    uint32_t next_freed; /* FIFO of freed slots: index + 1, 0 at the tail */
     uint32_t unused;
 } guard_slot;
 
 static cm_lock guard_lock = CM_LOCK_INIT;
-static uintptr_t pool_start;     /* the first guard page */
-static size_t pool_bytes;        /* (2 * slot_count + 1) * PAGE */
+static uintptr_t pool_start; /* the first guard page */
+static size_t pool_bytes;    /* (2 * slot_count + 1) * PAGE */
 static guard_slot *slots;
 static uint32_t slot_count, never_used, live_count;
-static uint32_t freed_head, freed_tail;   /* index + 1, 0: empty */
+static uint32_t freed_head, freed_tail; /* index + 1, 0: empty */
 static struct sigaction previous_action;
 static volatile sig_atomic_t fault_reported;
 
@@ -95,7 +95,8 @@ void *cm_guard_alloc(size_t size, uint32_t stack)
     }
     /* A reused page keeps the old block's bytes, as any malloc'ed memory may (calloc clears). */
     if (cm_os_protect(slot_page(slot), PAGE, true)) {
-        slots[slot] = (guard_slot){.state = SLOT_LIVE, .size = (uint32_t)size, .alloc_stack = stack};
+        slots[slot] =
+            (guard_slot){.state = SLOT_LIVE, .size = (uint32_t)size, .alloc_stack = stack};
         live_count++;
         p = (void *)slot_object(slot);
     } else { /* out of memory for page tables: put the slot back, serve normally */
@@ -130,7 +131,8 @@ void cm_guard_free(void *p, const char *caller, uint32_t stack)
 {
     uint32_t slot = slot_of((uintptr_t)p);
     cm_lock_acquire(&guard_lock);
-    if (slot == slot_count || slots[slot].state == SLOT_NEVER || (uintptr_t)p != slot_object(slot)) {
+    if (slot == slot_count || slots[slot].state == SLOT_NEVER ||
+        (uintptr_t)p != slot_object(slot)) {
         cm_lock_release(&guard_lock);
         report_bad_free(caller, p);
         return;
@@ -161,7 +163,8 @@ size_t cm_guard_usable_size(const void *p, const char *caller)
 {
     uint32_t slot = slot_of((uintptr_t)p);
     cm_lock_acquire(&guard_lock);
-    bool start = slot < slot_count && slots[slot].state != SLOT_NEVER && (uintptr_t)p == slot_object(slot);
+    bool start =
+        slot < slot_count && slots[slot].state != SLOT_NEVER && (uintptr_t)p == slot_object(slot);
     uint32_t state = start ? slots[slot].state : SLOT_NEVER;
     size_t size = state == SLOT_LIVE ? rounded_size(slots[slot].size) : 0;
     cm_lock_release(&guard_lock);

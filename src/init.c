@@ -10,10 +10,11 @@
  * thread is ever started (background.c says why).
  *
  * Fork, in glibc's order: the prepare handler takes stdio's list lock, then the THREAD_SAFE
- * pools' locks (pool.c), then every allocator lock in the order written in internal.h, and then lets the forking thread allocate while it
- * holds them all (other libraries' atfork handlers run after ours and may allocate: os.c).
- * The parent releases them and the child makes them new, so a child of a multi-threaded
- * parent can allocate. A single-threaded process takes none (os.c's cm_os_fork says why).
+ * pools' locks (pool.c), then every allocator lock in the order written in internal.h, and then
+ * lets the forking thread allocate while it holds them all (other libraries' atfork handlers run
+ * after ours and may allocate: os.c). The parent releases them and the child makes them new, so a
+ * child of a multi-threaded parent can allocate. A single-threaded process takes none (os.c's
+ * cm_os_fork says why).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -22,8 +23,8 @@
 #include <unistd.h>
 
 int cm_initialized;
-static _Atomic int init_owner;   /* process id of the initializer; 0 before anyone started */
-static bool fork_took_locks;     /* written by the forking thread only, read back by it */
+static _Atomic int init_owner; /* process id of the initializer; 0 before anyone started */
+static bool fork_took_locks;   /* written by the forking thread only, read back by it */
 
 static void fork_prepare(void)
 {
@@ -56,7 +57,10 @@ static void fork_finish(int phase)
     cm_os_fork(phase);
 }
 
-static void fork_parent(void) { fork_finish(CM_FORK_PARENT); }
+static void fork_parent(void)
+{
+    fork_finish(CM_FORK_PARENT);
+}
 static void fork_child(void)
 {
     fork_finish(CM_FORK_CHILD);

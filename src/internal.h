@@ -20,25 +20,26 @@
  * (PC-relative) rather than through the GOT. Exported entry points say CM_EXPORT. */
 #pragma GCC visibility push(hidden)
 
-#define CM_LIKELY(x)   __builtin_expect(!!(x), 1)
-#define CM_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define CM_NOINLINE    __attribute__((noinline))
-#define CM_COLD        __attribute__((cold, noinline))
+#define CM_LIKELY(x)    __builtin_expect(!!(x), 1)
+#define CM_UNLIKELY(x)  __builtin_expect(!!(x), 0)
+#define CM_NOINLINE     __attribute__((noinline))
+#define CM_COLD         __attribute__((cold, noinline))
 #define CM_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
-#define CM_EXPORT      __attribute__((visibility("default")))
+#define CM_EXPORT       __attribute__((visibility("default")))
 
 /* Debug builds (-DCM_DEBUG, `make debug-test`): CM_ASSERT checks an invariant and aborts with
  * its text; the slow paths also walk the whole heap (cm_heap_check) every CM_DEBUG_WALK_EVERY
  * calls. Release builds compile both to nothing. Never used on the fast paths. */
 #ifdef CM_DEBUG
-CM_COLD __attribute__((noreturn)) void cm_assert_failed(const char *file, int line, const char *what);
+CM_COLD __attribute__((noreturn)) void cm_assert_failed(const char *file, int line,
+                                                        const char *what);
 void cm_debug_walk(void);
 #define CM_ASSERT(condition) \
     (CM_LIKELY(condition) ? (void)0 : cm_assert_failed(__FILE__, __LINE__, #condition))
 #define CM_DEBUG_WALK() cm_debug_walk()
 #else
 #define CM_ASSERT(condition) ((void)0)
-#define CM_DEBUG_WALK() ((void)0)
+#define CM_DEBUG_WALK()      ((void)0)
 #endif
 #define CM_DEBUG_WALK_EVERY 50000
 
@@ -74,7 +75,10 @@ void cm_lock_fork(cm_lock *lock, int phase);
 
 /* error.c: a message built on the stack (never malloc) and written with write(2), the
  * reports, and the keys of free-list links and free marks */
-typedef struct cm_message { char text[512]; size_t length; } cm_message;
+typedef struct cm_message {
+    char text[512];
+    size_t length;
+} cm_message;
 void cm_message_str(cm_message *m, const char *s);
 void cm_message_uint(cm_message *m, uint64_t value);
 void cm_message_hex(cm_message *m, uint64_t value);
@@ -86,26 +90,26 @@ CM_COLD void cm_report_double_free(const char *caller, const void *p);
 
 /* options.c */
 typedef struct cm_option_values {
-    size_t mmap_threshold;      /* larger requests go straight to mmap */
-    size_t mmap_threshold_max;  /* how far frees of mapped blocks may raise the threshold */
-    size_t thread_cache_max;    /* budget of one thread's cache */
-    size_t thread_cache_total;  /* budget of all thread caches together */
-    int64_t release_delay_ms;   /* free spans idle this long go back to the OS; -1 never */
-    size_t background_release;  /* a helper thread releases idle spans with no allocator call */
-    size_t stats_at_exit;       /* at exit: 0 nothing, 1 the stats report, CM_STATS_JSON JSON */
-    size_t abort_on_error;      /* abort after reporting a bad free (else leak it, go on) */
-    size_t check;               /* debug mode: canaries, fill patterns, quarantine (check.c) */
-    size_t verbose;             /* print the options in force at start */
-    size_t prof;                /* sampling heap profiler on (prof.c) */
-    size_t prof_rate;           /* mean bytes allocated between two samples */
-    size_t prof_leaks;          /* print the live samples by stack at exit */
-    const char *prof_dump;      /* path for the profile written at exit, or NULL */
-    const char *prof_signal;    /* signal name or number that asks for a profile, or NULL */
-    size_t sample_exact;        /* sampling sees every free (prof.c parks the lists) */
-    size_t guard_rate;          /* one small allocation in this many is guarded (guard.c); 0 off */
-    size_t guard_slots;         /* guarded allocations live or quarantined at once, at most */
+    size_t mmap_threshold;     /* larger requests go straight to mmap */
+    size_t mmap_threshold_max; /* how far frees of mapped blocks may raise the threshold */
+    size_t thread_cache_max;   /* budget of one thread's cache */
+    size_t thread_cache_total; /* budget of all thread caches together */
+    int64_t release_delay_ms;  /* free spans idle this long go back to the OS; -1 never */
+    size_t background_release; /* a helper thread releases idle spans with no allocator call */
+    size_t stats_at_exit;      /* at exit: 0 nothing, 1 the stats report, CM_STATS_JSON JSON */
+    size_t abort_on_error;     /* abort after reporting a bad free (else leak it, go on) */
+    size_t check;              /* debug mode: canaries, fill patterns, quarantine (check.c) */
+    size_t verbose;            /* print the options in force at start */
+    size_t prof;               /* sampling heap profiler on (prof.c) */
+    size_t prof_rate;          /* mean bytes allocated between two samples */
+    size_t prof_leaks;         /* print the live samples by stack at exit */
+    const char *prof_dump;     /* path for the profile written at exit, or NULL */
+    const char *prof_signal;   /* signal name or number that asks for a profile, or NULL */
+    size_t sample_exact;       /* sampling sees every free (prof.c parks the lists) */
+    size_t guard_rate;         /* one small allocation in this many is guarded (guard.c); 0 off */
+    size_t guard_slots;        /* guarded allocations live or quarantined at once, at most */
 } cm_option_values;
-#define CM_STATS_JSON 2         /* CMALLOC_STATS=json */
+#define CM_STATS_JSON 2 /* CMALLOC_STATS=json */
 extern cm_option_values cm_option;
 void cm_options_init(char **environment);
 void cm_options_print(int fd);
@@ -135,9 +139,9 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 /* pagemap.c: page number -> span and size class, two levels over 48-bit addresses, lock-free
  * reads. The class byte beside each span pointer lets free find a small object's class without
  * touching the span. */
-#define CM_PAGEMAP_LEAF_BITS 18
+#define CM_PAGEMAP_LEAF_BITS    18
 #define CM_PAGEMAP_LEAF_ENTRIES ((size_t)1 << CM_PAGEMAP_LEAF_BITS)
-#define CM_PAGEMAP_ROOT_BITS (CM_ADDRESS_BITS - CM_PAGE_SHIFT - CM_PAGEMAP_LEAF_BITS)
+#define CM_PAGEMAP_ROOT_BITS    (CM_ADDRESS_BITS - CM_PAGE_SHIFT - CM_PAGEMAP_LEAF_BITS)
 typedef struct cm_pagemap_leaf {
     cm_span *spans[CM_PAGEMAP_LEAF_ENTRIES];
     uint8_t size_classes[CM_PAGEMAP_LEAF_ENTRIES]; /* spans[i]->size_class, or 0 */

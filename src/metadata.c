@@ -11,18 +11,18 @@
 #define CHUNK_SIZE ((size_t)64 << 10)
 
 static cm_lock metadata_lock = CM_LOCK_INIT;
-static char *chunk_next;       /* first free byte of the current chunk */
+static char *chunk_next; /* first free byte of the current chunk */
 static char *chunk_end;
-static cm_span *spare_spans;   /* dead spans, linked through next */
-static size_t metadata_bytes;  /* total taken from the OS */
+static cm_span *spare_spans;  /* dead spans, linked through next */
+static size_t metadata_bytes; /* total taken from the OS */
 
 /* Returns zeroed memory aligned to 64 bytes, or NULL when the OS refuses. */
 static void *bump_locked(size_t size)
 {
     size = (size + 63) & ~(size_t)63;
     if ((size_t)(chunk_end - chunk_next) < size) {
-        size_t chunk = size > CHUNK_SIZE ? (size + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1)
-                                         : CHUNK_SIZE;
+        size_t chunk =
+            size > CHUNK_SIZE ? (size + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1) : CHUNK_SIZE;
         char *fresh = cm_os_map(chunk);
         if (fresh == NULL)
             return NULL;

@@ -20,12 +20,12 @@
 cm_option_values cm_option;
 
 typedef struct option_entry {
-    const char *name;          /* after the CMALLOC_ prefix; lower case in CMALLOC_CONF */
-    void *field;               /* into cm_option */
-    int is_signed;             /* int64_t field (else size_t); OPTION_TEXT: a const char * */
+    const char *name; /* after the CMALLOC_ prefix; lower case in CMALLOC_CONF */
+    void *field;      /* into cm_option */
+    int is_signed;    /* int64_t field (else size_t); OPTION_TEXT: a const char * */
     int64_t default_value;
     const char *doc;
-    const char *keyword;       /* a word accepted for keyword_value, or NULL */
+    const char *keyword; /* a word accepted for keyword_value, or NULL */
     int64_t keyword_value;
 } option_entry;
 enum { OPTION_TEXT = 2 }; /* a string, kept as given (a path, a signal's name) */
@@ -34,8 +34,9 @@ static const option_entry options[] = {
     {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, CM_DEFAULT_MMAP_THRESHOLD,
      .doc = "requests above this many bytes get their own mmap (and mremap on realloc)"},
     {"MMAP_THRESHOLD_MAX", &cm_option.mmap_threshold_max, 0, CM_DEFAULT_MMAP_THRESHOLD_MAX,
-     .doc = "freeing a mapped block raises the threshold to its size, up to this, so blocks churned "
-     "again and again stay in the page heap (as glibc does); equal to MMAP_THRESHOLD: fixed"},
+     .doc =
+         "freeing a mapped block raises the threshold to its size, up to this, so blocks churned "
+         "again and again stay in the page heap (as glibc does); equal to MMAP_THRESHOLD: fixed"},
     {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, 0, CM_DEFAULT_THREAD_CACHE_MAX,
      .doc = "most bytes one thread's cache may hold"},
     {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, 0, CM_DEFAULT_THREAD_CACHE_TOTAL,
@@ -44,7 +45,7 @@ static const option_entry options[] = {
      .doc = "free pages idle this long are returned to the OS (0: at once, -1: never)"},
     {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 0,
      .doc = "1: a helper thread, started when the library loads, returns idle pages even when the "
-     "program makes no calls; 0: allocator calls do it (no thread is ever started)"},
+            "program makes no calls; 0: allocator calls do it (no thread is ever started)"},
     {"STATS", &cm_option.stats_at_exit, 0, 0,
      .doc = "1: print the stats report to stderr at exit; json: the same as one JSON object",
      .keyword = "json", .keyword_value = CM_STATS_JSON},
@@ -52,23 +53,28 @@ static const option_entry options[] = {
      .doc = "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower"},
     {"ABORT_ON_ERROR", &cm_option.abort_on_error, 0, 1,
      .doc = "1: abort after reporting an invalid or double free; 0: leak the pointer and go on"},
-    {"VERBOSE", &cm_option.verbose, 0, 0, .doc = "1: print the options in force to stderr at start"},
+    {"VERBOSE", &cm_option.verbose, 0, 0,
+     .doc = "1: print the options in force to stderr at start"},
     {"PROF", &cm_option.prof, 0, 0,
      .doc = "1: sampling heap profiler on (implied by PROF_LEAKS, PROF_DUMP, PROF_SIGNAL)"},
     {"PROF_RATE", &cm_option.prof_rate, 0, CM_DEFAULT_PROF_RATE,
      .doc = "the profiler samples on average one allocation per this many bytes allocated"},
     {"PROF_LEAKS", &cm_option.prof_leaks, 0, 0,
-     .doc = "1: at exit, print the sampled allocations still live, grouped by stack, largest first"},
+     .doc =
+         "1: at exit, print the sampled allocations still live, grouped by stack, largest first"},
     {"PROF_DUMP", &cm_option.prof_dump, OPTION_TEXT, 0,
      .doc = "a path: write the heap profile (pprof's legacy text format) there at exit"},
     {"PROF_SIGNAL", &cm_option.prof_signal, OPTION_TEXT, 0,
      .doc = "a signal (SIGUSR2, or its number): write a heap profile when it arrives"},
     {"SAMPLE_EXACT", &cm_option.sample_exact, 0, 1,
-     .doc = "1: with PROF or GUARD_RATE on, every free goes through the sampler, so blocks reused in "
-     "a thread's cache are counted (unbiased; frees are slower); 0: only allocations that reach "
-     "the central cache are (close to free, blind to a heap churned in place)"},
+     .doc =
+         "1: with PROF or GUARD_RATE on, every free goes through the sampler, so blocks reused in "
+         "a thread's cache are counted (unbiased; frees are slower); 0: only allocations that "
+         "reach "
+         "the central cache are (close to free, blind to a heap churned in place)"},
     {"GUARD_RATE", &cm_option.guard_rate, 0, 0,
-     .doc = "N: on average one small allocation in N gets its own page before a guard page (0: off)"},
+     .doc =
+         "N: on average one small allocation in N gets its own page before a guard page (0: off)"},
     {"GUARD_SLOTS", &cm_option.guard_slots, 0, 256,
      .doc = "guarded allocations live at once, freed ones kept inaccessible, at most (4 KiB each)"},
 };
@@ -136,9 +142,21 @@ static int parse_value(const option_entry *o, const char *text, size_t length, i
     unsigned shift = 0;
     if (text < end) {
         switch (*text) {
-        case 'k': case 'K': shift = 10; text++; break;
-        case 'm': case 'M': shift = 20; text++; break;
-        case 'g': case 'G': shift = 30; text++; break;
+        case 'k':
+        case 'K':
+            shift = 10;
+            text++;
+            break;
+        case 'm':
+        case 'M':
+            shift = 20;
+            text++;
+            break;
+        case 'g':
+        case 'G':
+            shift = 30;
+            text++;
+            break;
         default: break;
         }
     }

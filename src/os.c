@@ -33,8 +33,9 @@ size_t cm_os_mapped_bytes(void)
     return atomic_load_explicit(&mapped_bytes, memory_order_relaxed);
 }
 
-/* Brackets a system call that may set errno: ERRNO_KEEP at the top, ERRNO_RESTORE on the way out. */
-#define ERRNO_KEEP int saved_errno = errno
+/* Brackets a system call that may set errno: ERRNO_KEEP at the top, ERRNO_RESTORE on the way out.
+ */
+#define ERRNO_KEEP    int saved_errno = errno
 #define ERRNO_RESTORE errno = saved_errno
 
 static void *map_raw(size_t size)
@@ -104,7 +105,8 @@ void *cm_os_reserve(size_t size)
  * open and a close here). */
 bool cm_os_separate(void *address, size_t size)
 {
-    return mmap(address, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == address;
+    return mmap(address, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+           address;
 }
 
 /* Opens pages for reading and writing, or closes them so that any touch faults. */
@@ -264,7 +266,10 @@ void cm_lock_release(cm_lock *lock)
         pthread_mutex_unlock(lock);
 }
 
-void cm_lock_reinit(cm_lock *lock) { pthread_mutex_init(lock, NULL); }
+void cm_lock_reinit(cm_lock *lock)
+{
+    pthread_mutex_init(lock, NULL);
+}
 
 /* For CM_ASSERT in the _locked functions: whether the calling thread holds lock (glibc's
  * mutex records its owner's thread id; in a forked child, until the child handler, the locks

@@ -21,11 +21,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-
 #ifdef CM_PREFIX
-#define CM_GLUE(prefix, name) prefix##name
+#define CM_GLUE(prefix, name)        prefix##name
 #define CM_EXPAND_GLUE(prefix, name) CM_GLUE(prefix, name)
-#define CM_ENTRY(name) CM_EXPAND_GLUE(CM_PREFIX, name)
+#define CM_ENTRY(name)               CM_EXPAND_GLUE(CM_PREFIX, name)
 #else
 #define CM_ENTRY(name) name
 #endif
@@ -35,13 +34,31 @@ static bool is_power_of_two(size_t x)
     return x != 0 && (x & (x - 1)) == 0;
 }
 
-CM_EXPORT void *CM_ENTRY(malloc)(size_t size) { return cm_alloc(size); }
-CM_EXPORT void CM_ENTRY(free)(void *p) { cm_free(p); }
+CM_EXPORT void *CM_ENTRY(malloc)(size_t size)
+{
+    return cm_alloc(size);
+}
+CM_EXPORT void CM_ENTRY(free)(void *p)
+{
+    cm_free(p);
+}
 CM_EXPORT void CM_ENTRY(cfree)(void *p);
-CM_EXPORT void CM_ENTRY(cfree)(void *p) { cm_free(p); }
-CM_EXPORT void *CM_ENTRY(calloc)(size_t count, size_t size) { return cm_calloc(count, size); }
-CM_EXPORT void *CM_ENTRY(realloc)(void *p, size_t size) { return cm_realloc(p, size); }
-CM_EXPORT size_t CM_ENTRY(malloc_usable_size)(void *p) { return cm_usable_size(p); }
+CM_EXPORT void CM_ENTRY(cfree)(void *p)
+{
+    cm_free(p);
+}
+CM_EXPORT void *CM_ENTRY(calloc)(size_t count, size_t size)
+{
+    return cm_calloc(count, size);
+}
+CM_EXPORT void *CM_ENTRY(realloc)(void *p, size_t size)
+{
+    return cm_realloc(p, size);
+}
+CM_EXPORT size_t CM_ENTRY(malloc_usable_size)(void *p)
+{
+    return cm_usable_size(p);
+}
 
 CM_EXPORT void *CM_ENTRY(reallocarray)(void *p, size_t count, size_t size)
 {
@@ -87,7 +104,10 @@ CM_EXPORT void *CM_ENTRY(memalign)(size_t alignment, size_t size)
     return cm_alloc_aligned(rounded, size);
 }
 
-CM_EXPORT void *CM_ENTRY(valloc)(size_t size) { return cm_alloc_aligned(CM_SYSTEM_PAGE, size); }
+CM_EXPORT void *CM_ENTRY(valloc)(size_t size)
+{
+    return cm_alloc_aligned(CM_SYSTEM_PAGE, size);
+}
 
 CM_EXPORT void *CM_ENTRY(pvalloc)(size_t size)
 {
@@ -105,7 +125,10 @@ CM_EXPORT int CM_ENTRY(malloc_trim)(size_t pad)
     return cmalloc_release() > 0;
 }
 
-CM_EXPORT void CM_ENTRY(malloc_stats)(void) { cmalloc_stats_print(2); }
+CM_EXPORT void CM_ENTRY(malloc_stats)(void)
+{
+    cmalloc_stats_print(2);
+}
 
 /* glibc's meanings: arena is the heap's size, uordblks + fordblks (cmalloc: everything but
  * the blocks with their own mapping); hblks/hblkhd count those mapped blocks, which are in no
@@ -131,10 +154,13 @@ CM_EXPORT struct mallinfo2 CM_ENTRY(mallinfo2)(void)
 CM_EXPORT struct mallinfo CM_ENTRY(mallinfo)(void)
 {
     struct mallinfo2 wide = CM_ENTRY(mallinfo2)();
-    struct mallinfo info = {
-        .arena = (int)wide.arena, .hblks = (int)wide.hblks, .hblkhd = (int)wide.hblkhd,
-        .uordblks = (int)wide.uordblks, .fordblks = (int)wide.fordblks,
-        .fsmblks = (int)wide.fsmblks, .keepcost = (int)wide.keepcost};
+    struct mallinfo info = {.arena = (int)wide.arena,
+                            .hblks = (int)wide.hblks,
+                            .hblkhd = (int)wide.hblkhd,
+                            .uordblks = (int)wide.uordblks,
+                            .fordblks = (int)wide.fordblks,
+                            .fsmblks = (int)wide.fsmblks,
+                            .keepcost = (int)wide.keepcost};
     return info;
 }
 
@@ -179,11 +205,15 @@ CM_EXPORT int CM_ENTRY(mallopt)(int parameter, int value)
         __atomic_store_n(&cm_option.mmap_threshold, (size_t)value, __ATOMIC_RELAXED);
         cm_option.mmap_threshold_max = (size_t)value; /* set by the program: no longer dynamic */
         return 1;
-    case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_MAX: case M_ARENA_MAX:
-    case M_ARENA_TEST: case M_PERTURB: case M_CHECK_ACTION: case M_MXFAST:
-        return 1;
-    default:
-        return 0;
+    case M_TRIM_THRESHOLD:
+    case M_TOP_PAD:
+    case M_MMAP_MAX:
+    case M_ARENA_MAX:
+    case M_ARENA_TEST:
+    case M_PERTURB:
+    case M_CHECK_ACTION:
+    case M_MXFAST: return 1;
+    default: return 0;
     }
 }
 
@@ -243,31 +273,113 @@ static inline void *new_object(size_t size, size_t alignment, bool nothrow)
     return CM_LIKELY(p != NULL) ? p : new_failed(size, alignment, nothrow);
 }
 
-#define CM_NEW(name, ...) CM_EXPORT void *name(__VA_ARGS__); CM_EXPORT void *name(__VA_ARGS__)
-#define CM_DELETE(name, ...) CM_EXPORT void name(__VA_ARGS__); CM_EXPORT void name(__VA_ARGS__)
+#define CM_NEW(name, ...)              \
+    CM_EXPORT void *name(__VA_ARGS__); \
+    CM_EXPORT void *name(__VA_ARGS__)
+#define CM_DELETE(name, ...)          \
+    CM_EXPORT void name(__VA_ARGS__); \
+    CM_EXPORT void name(__VA_ARGS__)
 
 /* new(size), new[](size), and their nothrow forms */
-CM_NEW(_Znwm, size_t size) { return new_object(size, 0, false); }
-CM_NEW(_Znam, size_t size) { return new_object(size, 0, false); }
-CM_NEW(_ZnwmRKSt9nothrow_t, size_t size, const void *tag) { (void)tag; return new_object(size, 0, true); }
-CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag) { (void)tag; return new_object(size, 0, true); }
+CM_NEW(_Znwm, size_t size)
+{
+    return new_object(size, 0, false);
+}
+CM_NEW(_Znam, size_t size)
+{
+    return new_object(size, 0, false);
+}
+CM_NEW(_ZnwmRKSt9nothrow_t, size_t size, const void *tag)
+{
+    (void)tag;
+    return new_object(size, 0, true);
+}
+CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag)
+{
+    (void)tag;
+    return new_object(size, 0, true);
+}
 /* new(size, align_val_t), new[](size, align_val_t), and their nothrow forms */
-CM_NEW(_ZnwmSt11align_val_t, size_t size, size_t alignment) { return new_object(size, alignment, false); }
-CM_NEW(_ZnamSt11align_val_t, size_t size, size_t alignment) { return new_object(size, alignment, false); }
-CM_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag) { (void)tag; return new_object(size, alignment, true); }
-CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag) { (void)tag; return new_object(size, alignment, true); }
+CM_NEW(_ZnwmSt11align_val_t, size_t size, size_t alignment)
+{
+    return new_object(size, alignment, false);
+}
+CM_NEW(_ZnamSt11align_val_t, size_t size, size_t alignment)
+{
+    return new_object(size, alignment, false);
+}
+CM_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
+{
+    (void)tag;
+    return new_object(size, alignment, true);
+}
+CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
+{
+    (void)tag;
+    return new_object(size, alignment, true);
+}
 
 /* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow */
-CM_DELETE(_ZdlPv, void *p) { cm_free(p); }
-CM_DELETE(_ZdaPv, void *p) { cm_free(p); }
-CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag) { (void)tag; cm_free(p); }
-CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag) { (void)tag; cm_free(p); }
-CM_DELETE(_ZdlPvm, void *p, size_t size) { (void)size; cm_free(p); }
-CM_DELETE(_ZdaPvm, void *p, size_t size) { (void)size; cm_free(p); }
-CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment) { (void)alignment; cm_free(p); }
-CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment) { (void)alignment; cm_free(p); }
-CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment) { (void)size; (void)alignment; cm_free(p); }
-CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment) { (void)size; (void)alignment; cm_free(p); }
-CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag) { (void)alignment; (void)tag; cm_free(p); }
-CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag) { (void)alignment; (void)tag; cm_free(p); }
+CM_DELETE(_ZdlPv, void *p)
+{
+    cm_free(p);
+}
+CM_DELETE(_ZdaPv, void *p)
+{
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag)
+{
+    (void)tag;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag)
+{
+    (void)tag;
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvm, void *p, size_t size)
+{
+    (void)size;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvm, void *p, size_t size)
+{
+    (void)size;
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment)
+{
+    (void)alignment;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment)
+{
+    (void)alignment;
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment)
+{
+    (void)size;
+    (void)alignment;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment)
+{
+    (void)size;
+    (void)alignment;
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
+{
+    (void)alignment;
+    (void)tag;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
+{
+    (void)alignment;
+    (void)tag;
+    cm_free(p);
+}
 #endif /* CM_PREFIX */

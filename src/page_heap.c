@@ -25,10 +25,10 @@ static cm_span *free_lists[CM_HEAP_LISTS + 1];
 static uint64_t nonempty[(CM_HEAP_LISTS + 64) / 64]; /* bit n: free_lists[n] has a span */
 _Static_assert(CM_HEAP_LISTS < 64 * (sizeof nonempty / sizeof nonempty[0]), "a bit per list");
 static cm_span *large_list;
-static size_t free_pages;          /* in FREE spans */
-static size_t released_pages;      /* in FREE spans given back to the OS */
-static size_t large_pages;         /* in LARGE spans (allocations above the largest class) */
-static size_t large_count;         /* LARGE spans */
+static size_t free_pages;     /* in FREE spans */
+static size_t released_pages; /* in FREE spans given back to the OS */
+static size_t large_pages;    /* in LARGE spans (allocations above the largest class) */
+static size_t large_count;    /* LARGE spans */
 static uint64_t last_release_scan_ms;
 
 static cm_span **list_for(size_t pages)
@@ -160,8 +160,10 @@ static cm_span *find_locked(size_t pages)
 {
     CM_ASSERT(cm_lock_is_mine(&heap_lock));
     /* The smallest non-empty exact list of at least pages: the first bit set from there. */
-    for (size_t word = pages / 64; pages <= CM_HEAP_LISTS && word < sizeof nonempty / sizeof nonempty[0]; word++) {
-        uint64_t bits = nonempty[word] & (word == pages / 64 ? ~(uint64_t)0 << (pages % 64) : ~(uint64_t)0);
+    for (size_t word = pages / 64;
+         pages <= CM_HEAP_LISTS && word < sizeof nonempty / sizeof nonempty[0]; word++) {
+        uint64_t bits =
+            nonempty[word] & (word == pages / 64 ? ~(uint64_t)0 << (pages % 64) : ~(uint64_t)0);
         if (bits)
             return free_lists[word * 64 + (size_t)__builtin_ctzll(bits)];
     }
@@ -187,14 +189,19 @@ static bool trim_locked(cm_span *span, size_t offset, size_t pages)
         return false;
     }
     if (before) {
-        *before = (cm_span){.page = span->page, .pages = offset, .released = span->released,
-                            .free_since_ms = span->free_since_ms, .state = CM_SPAN_FREE};
+        *before = (cm_span){.page = span->page,
+                            .pages = offset,
+                            .released = span->released,
+                            .free_since_ms = span->free_since_ms,
+                            .state = CM_SPAN_FREE};
         map_ends(before);
         list_insert(before);
     }
     if (after) {
-        *after = (cm_span){.page = span->page + offset + pages, .pages = tail,
-                           .released = span->released, .free_since_ms = span->free_since_ms,
+        *after = (cm_span){.page = span->page + offset + pages,
+                           .pages = tail,
+                           .released = span->released,
+                           .free_since_ms = span->free_since_ms,
                            .state = CM_SPAN_FREE};
         map_ends(after);
         list_insert(after);
@@ -252,7 +259,8 @@ bool cm_page_heap_resize(cm_span *span, size_t pages)
         if (tail == NULL) {
             done = false;
         } else {
-            *tail = (cm_span){.page = span->page + pages, .pages = span->pages - pages,
+            *tail = (cm_span){.page = span->page + pages,
+                              .pages = span->pages - pages,
                               .free_since_ms = cm_os_now_ms()};
             large_pages -= tail->pages;
             span->pages = pages;
@@ -330,7 +338,8 @@ size_t cm_page_heap_release(bool everything)
 {
     cm_lock_acquire(&heap_lock);
     int64_t delay = cm_option.release_delay_ms;
-    size_t pages = release_idle_locked(cm_os_now_ms(), everything || delay < 0 ? 0 : (uint64_t)delay);
+    size_t pages =
+        release_idle_locked(cm_os_now_ms(), everything || delay < 0 ? 0 : (uint64_t)delay);
     cm_lock_release(&heap_lock);
     return pages << CM_PAGE_SHIFT;
 }
@@ -376,9 +385,11 @@ bool cm_page_heap_valid(void)
     cm_lock_acquire(&heap_lock);
     for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
         for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s; s = s->next) {
-            ok &= s->state == CM_SPAN_FREE && list_for(s->pages) == (n <= CM_HEAP_LISTS ? &free_lists[n] : &large_list);
+            ok &= s->state == CM_SPAN_FREE &&
+                  list_for(s->pages) == (n <= CM_HEAP_LISTS ? &free_lists[n] : &large_list);
             ok &= cm_pagemap_lookup(cm_span_start(s)) == s;
-            ok &= cm_pagemap_lookup((char *)cm_span_start(s) + ((s->pages - 1) << CM_PAGE_SHIFT)) == s;
+            ok &= cm_pagemap_lookup((char *)cm_span_start(s) + ((s->pages - 1) << CM_PAGE_SHIFT)) ==
+                  s;
             ok &= free_neighbour(s, -1) == NULL && free_neighbour(s, 1) == NULL;
             pages += s->pages;
             released += s->released ? s->pages : 0;

@@ -20,13 +20,15 @@ static cm_lock pagemap_lock = CM_LOCK_INIT;
 /* Makes sure leaves exist for pages [page, page + pages). False when the OS refuses memory. */
 bool cm_pagemap_ensure(uintptr_t page, size_t pages)
 {
-    uintptr_t first = page >> CM_PAGEMAP_LEAF_BITS, last = (page + pages - 1) >> CM_PAGEMAP_LEAF_BITS;
+    uintptr_t first = page >> CM_PAGEMAP_LEAF_BITS,
+              last = (page + pages - 1) >> CM_PAGEMAP_LEAF_BITS;
     for (uintptr_t i = first; i <= last; i++) {
         if (__atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE) != NULL)
             continue;
         cm_lock_acquire(&pagemap_lock);
         if (cm_pagemap_root[i] == NULL) {
-            cm_pagemap_leaf *leaf = cm_os_map((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1));
+            cm_pagemap_leaf *leaf =
+                cm_os_map((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1));
             if (leaf == NULL) {
                 cm_lock_release(&pagemap_lock);
                 return false;

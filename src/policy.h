@@ -27,47 +27,47 @@
 /* ---- size classes (src/size_class.c) ------------------------------------------------------- */
 /* A span holds at least this many objects (within CM_MAX_SMALL), and its tail wastes at most
  * 1/CM_SPAN_WASTE_DIVISOR of it. */
-#define CM_SPAN_OBJECTS_MIN           8
-#define CM_SPAN_WASTE_DIVISOR         8
+#define CM_SPAN_OBJECTS_MIN   8
+#define CM_SPAN_WASTE_DIVISOR 8
 /* A batch (objects per fill or flush between a thread and the central cache) is about this
  * many bytes, clamped to [CM_BATCH_MIN, CM_BATCH_MAX] objects. Larger batches (64 objects)
  * were measured: producer/consumer 1.2-1.5x faster, larson, mstress and server 0.6-0.8x. */
-#define CM_BATCH_BYTES                ((size_t)64 << 10)
-#define CM_BATCH_MIN                  2
-#define CM_BATCH_MAX                  32
+#define CM_BATCH_BYTES        ((size_t)64 << 10)
+#define CM_BATCH_MIN          2
+#define CM_BATCH_MAX          32
 /* A class's transfer cache holds about this many bytes of whole batches, clamped to
  * [CM_TRANSFER_MIN, CM_TRANSFER_SLOTS] batches; idle ones are drained by age. */
-#define CM_TRANSFER_BYTES             ((size_t)512 << 10)
-#define CM_TRANSFER_MIN               2
-#define CM_TRANSFER_SLOTS             64
+#define CM_TRANSFER_BYTES     ((size_t)512 << 10)
+#define CM_TRANSFER_MIN       2
+#define CM_TRANSFER_SLOTS     64
 
 /* ---- thread caches (src/thread_cache.c) ---------------------------------------------------- */
 /* A new thread's budget: a thread that allocates a little holds little (slow start). */
-#define CM_THREAD_START_BUDGET        ((size_t)64 << 10)
+#define CM_THREAD_START_BUDGET ((size_t)64 << 10)
 /* The longest a list may grow: this many bytes of its class, and never more objects than
  * CM_LIST_OBJECTS_MAX (a longer list only costs memory). */
-#define CM_LIST_BYTES_MAX             ((size_t)256 << 10)
-#define CM_LIST_OBJECTS_MAX           8192
+#define CM_LIST_BYTES_MAX      ((size_t)256 << 10)
+#define CM_LIST_OBJECTS_MAX    8192
 /* Registry entries the orphan sweep looks at per cache created: more than the one orphan a
  * new thread can add, so orphans drain. */
-#define CM_SWEEP_PER_CREATE           2
+#define CM_SWEEP_PER_CREATE    2
 
 /* ---- page heap and release (src/page_heap.c, src/central_cache.c, src/background.c) -------- */
 /* The heap grows from the OS in chunks of at least this: few mappings, and the kernel can back
  * them with huge pages. */
-#define CM_HEAP_GROW_MIN              ((size_t)2 << 20)
+#define CM_HEAP_GROW_MIN        ((size_t)2 << 20)
 /* Release by age is checked at most twice per delay, and never more often than this: the
  * release floor of the central caches' decay and of the release thread's sleep. */
-#define CM_RELEASE_CHECK_MIN_MS       10
+#define CM_RELEASE_CHECK_MIN_MS 10
 
 /* ---- debug mode (src/check.c) -------------------------------------------------------------- */
 /* Freed blocks wait this long (in objects and bytes, whichever is reached first) before
  * reuse, so a use after free is caught while the block is still quarantined. */
-#define CM_QUARANTINE_OBJECTS         4096
-#define CM_QUARANTINE_BYTES           ((size_t)16 << 20)
+#define CM_QUARANTINE_OBJECTS 4096
+#define CM_QUARANTINE_BYTES   ((size_t)16 << 20)
 
 /* ---- limits that follow glibc ---------------------------------------------------------------- */
-#define CM_MMAP_THRESHOLD_LIMIT       ((size_t)32 << 20) /* mallopt refuses more, as glibc does */
-#define CM_SYSTEM_PAGE                4096 /* the kernel's page: valloc, pvalloc, mapping slack */
+#define CM_MMAP_THRESHOLD_LIMIT ((size_t)32 << 20) /* mallopt refuses more, as glibc does */
+#define CM_SYSTEM_PAGE          4096 /* the kernel's page: valloc, pvalloc, mapping slack */
 
 #endif /* CM_POLICY_H */

@@ -51,52 +51,52 @@
 #include <errno.h>
 #include <string.h>
 
-#define MAX_OBJECT ((size_t)1 << 30)
-#define CHUNK_MIN_FIXED CM_PAGE_SIZE             /* a small FIXED pool takes one page */
-#define CHUNK_MIN_GROW ((size_t)64 << 10)        /* growth steps of a GROW pool at least */
-#define CHUNK_MAX ((size_t)1 << 20)              /* unless one object needs more */
+#define MAX_OBJECT      ((size_t)1 << 30)
+#define CHUNK_MIN_FIXED CM_PAGE_SIZE       /* a small FIXED pool takes one page */
+#define CHUNK_MIN_GROW  ((size_t)64 << 10) /* growth steps of a GROW pool at least */
+#define CHUNK_MAX       ((size_t)1 << 20)  /* unless one object needs more */
 /* `shared` must fold to a constant in each copy of the paths that take it */
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#define KNOWN_SLOTS 64                           /* verified chunks remembered per pool */
-#define NOT_CHUNK ((pool_chunk *)1)              /* an empty known slot: no chunk, no NULL */
-#define CHECK_TAG ((uintptr_t)0x706f6f6c63686b31u)  /* "poolchk1" */
+#define ALWAYS_INLINE   inline __attribute__((always_inline))
+#define KNOWN_SLOTS     64                /* verified chunks remembered per pool */
+#define NOT_CHUNK       ((pool_chunk *)1) /* an empty known slot: no chunk, no NULL */
+#define CHECK_TAG       ((uintptr_t)0x706f6f6c63686b31u) /* "poolchk1" */
 
 typedef struct pool_chunk {
-    cm_span *span;                 /* the page-heap span this chunk is */
-    const cmalloc_pool *pool;      /* owner */
-    uintptr_t check;               /* chunk ^ pool ^ cm_list_key ^ CHECK_TAG */
-    struct pool_chunk *next;       /* every chunk of the pool, for destroy */
+    cm_span *span;                   /* the page-heap span this chunk is */
+    const cmalloc_pool *pool;        /* owner */
+    uintptr_t check;                 /* chunk ^ pool ^ cm_list_key ^ CHECK_TAG */
+    struct pool_chunk *next;         /* every chunk of the pool, for destroy */
     struct pool_chunk *next_partial; /* on the partial stack */
-    uint32_t objects;              /* object slots in use by the pool: <= per_chunk */
-    uint32_t listed;               /* on the partial stack (atomic when THREAD_SAFE) */
-    uint64_t bits[];               /* summary_words summary words, then the free words */
+    uint32_t objects;                /* object slots in use by the pool: <= per_chunk */
+    uint32_t listed;                 /* on the partial stack (atomic when THREAD_SAFE) */
+    uint64_t bits[];                 /* summary_words summary words, then the free words */
 } pool_chunk;
 
 struct cmalloc_pool {
     /* hot: every alloc and free */
-    uint64_t *word;                /* the free word being allocated from; no_objects if none */
-    char *word_base;               /* the object of that word's bit 0 */
-    size_t stride;                 /* object size rounded up to its alignment */
-    size_t in_use;                 /* atomic (__atomic_*) when THREAD_SAFE */
-    uintptr_t chunk_mask;          /* ~(chunk_bytes - 1) */
-    size_t first_offset;           /* object 0 of a chunk */
-    uint64_t stride_inverse;       /* inverse of stride's odd part, modulo 2^64 */
-    unsigned stride_shift;         /* stride's power of two */
-    unsigned chunk_shift;          /* log2(chunk_bytes) */
+    uint64_t *word;          /* the free word being allocated from; no_objects if none */
+    char *word_base;         /* the object of that word's bit 0 */
+    size_t stride;           /* object size rounded up to its alignment */
+    size_t in_use;           /* atomic (__atomic_*) when THREAD_SAFE */
+    uintptr_t chunk_mask;    /* ~(chunk_bytes - 1) */
+    size_t first_offset;     /* object 0 of a chunk */
+    uint64_t stride_inverse; /* inverse of stride's odd part, modulo 2^64 */
+    unsigned stride_shift;   /* stride's power of two */
+    unsigned chunk_shift;    /* log2(chunk_bytes) */
     unsigned flags;
-    pool_chunk *short_chunk;       /* FIXED: the last chunk, cut to the capacity, or NULL */
-    size_t short_objects;          /* its objects */
-    pool_chunk *current;           /* allocated from; read by THREAD_SAFE frees */
+    pool_chunk *short_chunk;        /* FIXED: the last chunk, cut to the capacity, or NULL */
+    size_t short_objects;           /* its objects */
+    pool_chunk *current;            /* allocated from; read by THREAD_SAFE frees */
     pool_chunk *known[KNOWN_SLOTS]; /* chunks verified as this pool's, by address bits */
-    pool_chunk *partial;           /* chunks with free objects that are not current */
-    cm_lock lock;                  /* THREAD_SAFE: taken by alloc (frees take none) */
+    pool_chunk *partial;            /* chunks with free objects that are not current */
+    cm_lock lock;                   /* THREAD_SAFE: taken by alloc (frees take none) */
     /* cold */
     cmalloc_pool *next_shared, *prev_shared; /* THREAD_SAFE: the list fork walks */
-    pool_chunk *chunks;            /* all of them */
+    pool_chunk *chunks;                      /* all of them */
     size_t chunk_bytes;
-    size_t per_chunk;              /* object slots in one chunk */
+    size_t per_chunk; /* object slots in one chunk */
     size_t summary_words, free_words;
-    size_t capacity;               /* FIXED: the limit; GROW: object slots of every chunk */
+    size_t capacity; /* FIXED: the limit; GROW: object slots of every chunk */
 };
 
 static uint64_t no_objects; /* what pool->word points at before the first chunk: always 0 */
@@ -170,7 +170,10 @@ static uintptr_t check_word(const pool_chunk *chunk, const cmalloc_pool *pool)
     return (uintptr_t)chunk ^ (uintptr_t)pool ^ cm_list_key ^ CHECK_TAG;
 }
 
-static uint64_t *summary_of(pool_chunk *chunk) { return chunk->bits; }
+static uint64_t *summary_of(pool_chunk *chunk)
+{
+    return chunk->bits;
+}
 static uint64_t *free_words_of(const cmalloc_pool *pool, pool_chunk *chunk)
 {
     return chunk->bits + pool->summary_words;
@@ -205,8 +208,8 @@ static pool_chunk *chunk_new(cmalloc_pool *pool, size_t objects)
     if (span == NULL)
         return NULL;
     pool_chunk *chunk = cm_span_start(span);
-    *chunk = (pool_chunk){.span = span, .pool = pool, .check = check_word(chunk, pool),
-                          .next = pool->chunks};
+    *chunk = (pool_chunk){
+        .span = span, .pool = pool, .check = check_word(chunk, pool), .next = pool->chunks};
     mark_free(pool, chunk, objects);
     pool->chunks = chunk;
     return chunk;
@@ -237,8 +240,10 @@ static void layout(cmalloc_pool *pool, size_t object_size, size_t capacity)
     for (;; bytes <<= 1) {
         pool->free_words = (bytes / pool->stride + 63) / 64;
         pool->summary_words = (pool->free_words + 63) / 64;
-        pool->first_offset = (sizeof(pool_chunk) + (pool->summary_words + pool->free_words) * 8 + 63) & ~(size_t)63;
-        pool->per_chunk = bytes > pool->first_offset ? (bytes - pool->first_offset) / pool->stride : 0;
+        pool->first_offset =
+            (sizeof(pool_chunk) + (pool->summary_words + pool->free_words) * 8 + 63) & ~(size_t)63;
+        pool->per_chunk =
+            bytes > pool->first_offset ? (bytes - pool->first_offset) / pool->stride : 0;
         if (pool->per_chunk >= 1 && (pool->per_chunk >= capacity || bytes >= CHUNK_MAX))
             break;
     }
@@ -267,7 +272,8 @@ CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity,
     /* The reservation: whole chunks, the last one cut to the capacity of a FIXED pool. */
     for (size_t reserved = 0; reserved < capacity; reserved += pool->per_chunk) {
         size_t objects = capacity - reserved < pool->per_chunk && !(flags & CMALLOC_POOL_GROW)
-                             ? capacity - reserved : pool->per_chunk;
+                             ? capacity - reserved
+                             : pool->per_chunk;
         pool_chunk *chunk = chunk_new(pool, objects);
         if (chunk == NULL) {
             chunks_free(pool->chunks);
@@ -343,13 +349,15 @@ static CM_NOINLINE bool refill(cmalloc_pool *pool, bool shared)
         pool_chunk *old = pool->current, *next;
         if (shared) {
             next = __atomic_load_n(&pool->partial, __ATOMIC_ACQUIRE);
-            while (next != NULL && !__atomic_compare_exchange_n(&pool->partial, &next, next->next_partial,
-                                                                true, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
+            while (next != NULL &&
+                   !__atomic_compare_exchange_n(&pool->partial, &next, next->next_partial, true,
+                                                __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
                 ;
         } else if ((next = pool->partial) != NULL) {
             pool->partial = next->next_partial;
         }
-        if (next == NULL && (pool->flags & CMALLOC_POOL_GROW) && (next = chunk_new(pool, pool->per_chunk)) != NULL)
+        if (next == NULL && (pool->flags & CMALLOC_POOL_GROW) &&
+            (next = chunk_new(pool, pool->per_chunk)) != NULL)
             __atomic_store_n(&pool->capacity, pool->capacity + pool->per_chunk, __ATOMIC_RELAXED);
         if (next == NULL) {
             errno = ENOMEM;
@@ -456,14 +464,15 @@ static CM_NOINLINE void release_rare(cmalloc_pool *pool, pool_chunk *chunk, size
     }
     fetch_or(&summary_of(chunk)[index / 4096], (uint64_t)1 << (index / 64 % 64), shared);
     count(&pool->in_use, -1, shared);
-    pool_chunk *current = shared ? __atomic_load_n(&pool->current, __ATOMIC_SEQ_CST) : pool->current;
+    pool_chunk *current =
+        shared ? __atomic_load_n(&pool->current, __ATOMIC_SEQ_CST) : pool->current;
     if (chunk != current)
         list_partial(pool, chunk, shared);
 }
 
 /* Frees object `index` of a chunk known to be this pool's. */
-static ALWAYS_INLINE void release(cmalloc_pool *pool, pool_chunk *chunk, size_t index,
-                                  void *object, bool shared)
+static ALWAYS_INLINE void release(cmalloc_pool *pool, pool_chunk *chunk, size_t index, void *object,
+                                  bool shared)
 {
     /* per_chunk and the short chunk are pool fields: the chunk header stays out of the way */
     if (CM_UNLIKELY(index >= pool->per_chunk ||

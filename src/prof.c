@@ -63,61 +63,61 @@
 #include <unistd.h>
 #include <unwind.h>
 
-#define STACK_DEPTH  32
-#define STACK_SLOTS  2048                      /* a power of two */
-#define SAMPLE_SLOTS 16384                     /* a power of two */
-#define SAMPLE_MAX   (SAMPLE_SLOTS / 4 * 3)    /* load factor bound of the open addressing */
+#define STACK_DEPTH       32
+#define STACK_SLOTS       2048                   /* a power of two */
+#define SAMPLE_SLOTS      16384                  /* a power of two */
+#define SAMPLE_MAX        (SAMPLE_SLOTS / 4 * 3) /* load factor bound of the open addressing */
 #define LEAK_STACKS_SHOWN 20
-#define LN2 0.6931471805599453
+#define LN2               0.6931471805599453
 
 typedef struct stack_entry {
-    uint64_t hash;               /* of depth and frames; 0: an empty slot */
-    uint32_t depth;              /* frames used */
-    uint32_t samples_live;       /* scratch of a report: live samples with this stack */
-    double alloc_count;          /* estimated allocations made from this stack so far */
-    double alloc_bytes;          /* and their estimated bytes */
-    double live_count;           /* scratch of a report: estimated live allocations */
-    double live_bytes;           /* and their bytes */
+    uint64_t hash;                 /* of depth and frames; 0: an empty slot */
+    uint32_t depth;                /* frames used */
+    uint32_t samples_live;         /* scratch of a report: live samples with this stack */
+    double alloc_count;            /* estimated allocations made from this stack so far */
+    double alloc_bytes;            /* and their estimated bytes */
+    double live_count;             /* scratch of a report: estimated live allocations */
+    double live_bytes;             /* and their bytes */
     uintptr_t frames[STACK_DEPTH]; /* return addresses, the allocating function's first */
 } stack_entry;
 
 typedef struct sample {
-    uintptr_t address;           /* 0: an empty slot */
-    uint32_t stack;              /* index + 1 into stacks */
+    uintptr_t address; /* 0: an empty slot */
+    uint32_t stack;    /* index + 1 into stacks */
     uint32_t unused;
-    size_t size;                 /* bytes requested */
-    double weight;               /* allocations this sample stands for: 1 / P(sampled) */
+    size_t size;   /* bytes requested */
+    double weight; /* allocations this sample stands for: 1 / P(sampled) */
 } sample;
 
 /* The distance to a thread's next sample point, and the classes whose next slow allocation
  * holds a point already passed (their list was cut just before it). */
 typedef struct countdown {
-    int64_t left;                /* units (bytes, or allocations) before the next point */
+    int64_t left; /* units (bytes, or allocations) before the next point */
     uint64_t pending[(CM_CLASSES_MAX + 63) / 64]; /* bit per size class */
 } countdown;
 
 typedef struct sampler {
-    countdown bytes;             /* profile samples: units are bytes */
-    countdown allocs;            /* guarded allocations: units are small allocations */
-    uint64_t random;             /* xorshift state; 0 until the thread's first sampling */
-    int busy;                    /* inside the sampler: allocations it causes are plain */
-    cm_thread_cache *cache;      /* the thread's cache whose lists are parked, or NULL */
-    uint16_t refused[CM_CLASSES_MAX]; /* frees kept off a pending class's list, in a row */
+    countdown bytes;                     /* profile samples: units are bytes */
+    countdown allocs;                    /* guarded allocations: units are small allocations */
+    uint64_t random;                     /* xorshift state; 0 until the thread's first sampling */
+    int busy;                            /* inside the sampler: allocations it causes are plain */
+    cm_thread_cache *cache;              /* the thread's cache whose lists are parked, or NULL */
+    uint16_t refused[CM_CLASSES_MAX];    /* frees kept off a pending class's list, in a row */
     uint32_t max_length[CM_CLASSES_MAX]; /* its lists' real max_length, while they show 0 */
 } sampler;
 
 int cm_sampling;
 static int prof_on, guard_on;
 static cm_lock prof_lock = CM_LOCK_INIT;
-static stack_entry *stacks;      /* STACK_SLOTS entries */
-static sample *samples;          /* SAMPLE_SLOTS entries */
+static stack_entry *stacks; /* STACK_SLOTS entries */
+static sample *samples;     /* SAMPLE_SLOTS entries */
 static size_t stack_count, sample_count, samples_dropped, table_bytes;
-static double bytes_scale;       /* the mean distance between profile samples, in bytes */
+static double bytes_scale;                 /* the mean distance between profile samples, in bytes */
 static uint8_t guard_unit[CM_CLASSES_MAX]; /* 1 for classes guard.c may take, else 0 */
-static double allocs_scale;      /* -1 / ln(1 - 1/CMALLOC_GUARD_RATE); 0 when the rate is 1 */
+static double allocs_scale; /* -1 / ln(1 - 1/CMALLOC_GUARD_RATE); 0 when the rate is 1 */
 static uintptr_t own_text_start, own_text_end; /* libcmalloc.so's code; empty when linked in */
 static volatile sig_atomic_t dump_requested;
-static unsigned dump_sequence;   /* read and bumped with __atomic builtins */
+static unsigned dump_sequence; /* read and bumped with __atomic builtins */
 static CM_THREAD_LOCAL sampler thread_sampler;
 
 /* ---- random intervals ------------------------------------------------------------------
@@ -177,8 +177,8 @@ static int64_t draw(sampler *s, double scale)
 typedef struct unwind_state {
     uintptr_t frames[STACK_DEPTH];
     unsigned depth;
-    uintptr_t boundary;          /* return address of the hook: frames before it are ours */
-    int kept;                    /* the boundary frame was seen */
+    uintptr_t boundary; /* return address of the hook: frames before it are ours */
+    int kept;           /* the boundary frame was seen */
 } unwind_state;
 
 static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *arg)
@@ -322,7 +322,8 @@ static void record_sample(void *p, size_t size, size_t charge, uint32_t stack)
         size_t i = sample_home((uintptr_t)p);
         while (samples[i].address != 0)
             i = (i + 1) & (SAMPLE_SLOTS - 1);
-        samples[i] = (sample){.address = (uintptr_t)p, .stack = stack, .size = size, .weight = weight};
+        samples[i] =
+            (sample){.address = (uintptr_t)p, .stack = stack, .size = size, .weight = weight};
         sample_count++;
     }
     cm_lock_release(&prof_lock);
@@ -376,7 +377,9 @@ static void forget_sample(uintptr_t address)
 static void start_thread(sampler *s)
 {
     static uint64_t threads_started; /* __atomic builtins, as for dump_sequence */
-    uint64_t z = cm_list_key ^ (uintptr_t)s ^ (__atomic_fetch_add(&threads_started, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull);
+    uint64_t z =
+        cm_list_key ^ (uintptr_t)s ^
+        (__atomic_fetch_add(&threads_started, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     s->random = (z ^ (z >> 31)) | 1; /* xorshift needs a state other than 0 */
@@ -386,7 +389,8 @@ static void start_thread(sampler *s)
 }
 
 /* Whether a slow-path allocation of size_class (0: large) costing units holds a sample point. */
-static bool countdown_due(sampler *s, countdown *c, double scale, unsigned size_class, int64_t units)
+static bool countdown_due(sampler *s, countdown *c, double scale, unsigned size_class,
+                          int64_t units)
 {
     uint64_t bit = (uint64_t)1 << (size_class % 64);
     if (c->pending[size_class / 64] & bit) {
@@ -524,7 +528,8 @@ static void charge_list(sampler *s, unsigned size_class)
         cut_list(cache, size_class, (uint32_t)keep);
 }
 
-#define REFUSALS_MAX 64 /* frees of a pending class kept off its list before giving the point up */
+#define REFUSALS_MAX 64 /* frees of a pending class kept off its list before giving the point up \
+                         */
 
 /* Whether a countdown runs out on a freed object of size_class (about to be charged as a
  * future allocation), or the class already waits for its sampled allocation. */
@@ -538,7 +543,8 @@ static bool point_near(const countdown *c, unsigned size_class, int64_t units)
  * drain. A thread that only frees a class (a consumer) never allocates the pending one: after
  * REFUSALS_MAX frees the point is given up (it fell on a block that thread would only have
  * flushed), rather than sending every free of the class to the central cache one by one. */
-static bool point_on_push(sampler *s, countdown *c, double scale, unsigned size_class, int64_t units)
+static bool point_on_push(sampler *s, countdown *c, double scale, unsigned size_class,
+                          int64_t units)
 {
     uint64_t bit = (uint64_t)1 << (size_class % 64);
     if (c->pending[size_class / 64] & bit) {
@@ -569,7 +575,8 @@ static CM_NOINLINE bool free_small(sampler *s, void *p, unsigned size_class)
     bool guarded_class = guardable((size_t)size);
     if (cache == s->cache) {
         if (((prof_on && point_near(&s->bytes, size_class, size)) ||
-             (guarded_class && point_near(&s->allocs, size_class, 1))) && list->length > 0) {
+             (guarded_class && point_near(&s->allocs, size_class, 1))) &&
+            list->length > 0) {
             /* first give the list's blocks back, unallocated (refunded): often the point then
              * falls further on, and the list is empty for a pending sample */
             uint32_t count = list->length;
@@ -615,7 +622,8 @@ static CM_NOINLINE bool free_small(sampler *s, void *p, unsigned size_class)
 static void *alloc_own_pages(size_t size)
 {
     if (size <= CM_MAX_SMALL) {
-        cm_span *span = cm_page_heap_alloc(size ? (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT : 1, 1, 0);
+        cm_span *span =
+            cm_page_heap_alloc(size ? (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT : 1, 1, 0);
         if (span != NULL)
             return cm_span_start(span);
     }
@@ -636,7 +644,8 @@ void *cm_sample_alloc(size_t size)
     unsigned size_class = size <= CM_MAX_SMALL ? cm_size_class(size) : 0;
     size_t charge = size_class ? cm_classes[size_class].size : size;
     bool guard_due = guardable(charge) && countdown_due(s, &s->allocs, allocs_scale, size_class, 1);
-    bool prof_due = prof_on && countdown_due(s, &s->bytes, bytes_scale, size_class, (int64_t)charge);
+    bool prof_due =
+        prof_on && countdown_due(s, &s->bytes, bytes_scale, size_class, (int64_t)charge);
     if (!guard_due && !prof_due) {
         if (size_class == 0)
             return cm_alloc_unchecked(size);
@@ -645,7 +654,8 @@ void *cm_sample_alloc(size_t size)
         void *p = cm_alloc_unchecked(size);
         park(s, size_class);
         /* what a scavenge inside flushed is refunded; the refill left on the list is charged */
-        charge_bytes(s, before + (size_t)cm_thread_cache_current->lists[size_class].length * charge, 0);
+        charge_bytes(s, before + (size_t)cm_thread_cache_current->lists[size_class].length * charge,
+                     0);
         if (p != NULL)
             charge_list(s, size_class);
         return p;
@@ -674,8 +684,11 @@ static unsigned small_class_of(const void *p)
     unsigned size_class = leaf ? leaf->size_classes[index] : 0;
     if (size_class == 0)
         return 0;
-    uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) | ((uintptr_t)p & (CM_PAGE_SIZE - 1));
-    return offset * cm_classes[size_class].divisor_magic < cm_classes[size_class].start_limit ? size_class : 0;
+    uint64_t offset =
+        ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) | ((uintptr_t)p & (CM_PAGE_SIZE - 1));
+    return offset * cm_classes[size_class].divisor_magic < cm_classes[size_class].start_limit
+               ? size_class
+               : 0;
 }
 
 bool cm_sample_free(void *p, const char *caller)
@@ -689,9 +702,11 @@ bool cm_sample_free(void *p, const char *caller)
         cm_free_list *list = &cache->lists[size_class];
         int64_t size = cm_classes[size_class].size, unit = guard_unit[size_class];
         uint64_t pending = s->bytes.pending[size_class / 64] | s->allocs.pending[size_class / 64];
-        if (CM_LIKELY(cache == s->cache && !(pending >> (size_class % 64) & 1) && s->bytes.left > size &&
-                      s->allocs.left > unit && list->length < s->max_length[size_class] &&
-                      cache->size + (size_t)size <= cache->max_size && !cm_object_is_free(p) && !s->busy)) {
+        if (CM_LIKELY(cache == s->cache && !(pending >> (size_class % 64) & 1) &&
+                      s->bytes.left > size && s->allocs.left > unit &&
+                      list->length < s->max_length[size_class] &&
+                      cache->size + (size_t)size <= cache->max_size && !cm_object_is_free(p) &&
+                      !s->busy)) {
             cm_link_set(p, list->head);
             list->head = p;
             list->length++;
@@ -798,7 +813,8 @@ static uint64_t rounded(double x)
 }
 
 /* "<count>: <bytes> [<count>: <bytes>]", pprof's pair of in-use and allocated totals. */
-static void put_counts(cm_message *m, double live_count, double live_bytes, double count, double bytes)
+static void put_counts(cm_message *m, double live_count, double live_bytes, double count,
+                       double bytes)
 {
     cm_message_uint(m, rounded(live_count));
     cm_message_str(m, ": ");
@@ -829,7 +845,8 @@ static int write_profile(int fd)
         const stack_entry *entry = &stacks[i];
         if (entry->hash == 0 || entry->alloc_count == 0)
             continue;
-        put_counts(&m, entry->live_count, entry->live_bytes, entry->alloc_count, entry->alloc_bytes);
+        put_counts(&m, entry->live_count, entry->live_bytes, entry->alloc_count,
+                   entry->alloc_bytes);
         cm_message_str(&m, " @");
         for (unsigned f = 0; f < entry->depth; f++) {
             cm_message_str(&m, " ");
@@ -904,9 +921,12 @@ static void dump_on_signal(void)
 /* A signal by name (SIGUSR2, USR2) or number; 0 when not recognised. */
 static int signal_number(const char *text)
 {
-    static const struct { const char *name; int number; } names[] = {
-        {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"PROF", SIGPROF},
-        {"URG", SIGURG}, {"WINCH", SIGWINCH}, {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},
+    static const struct {
+        const char *name;
+        int number;
+    } names[] = {
+        {"USR1", SIGUSR1}, {"USR2", SIGUSR2},   {"HUP", SIGHUP},   {"PROF", SIGPROF},
+        {"URG", SIGURG},   {"WINCH", SIGWINCH}, {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},
     };
     if (strncmp(text, "SIG", 3) == 0)
         text += 3;
@@ -962,7 +982,8 @@ static void report_leaks(int fd)
     for (unsigned shown = 0; shown < LEAK_STACKS_SHOWN; shown++) {
         stack_entry *largest = NULL;
         for (size_t i = 0; i < STACK_SLOTS; i++)
-            if (stacks[i].samples_live != 0 && (largest == NULL || stacks[i].live_bytes > largest->live_bytes))
+            if (stacks[i].samples_live != 0 &&
+                (largest == NULL || stacks[i].live_bytes > largest->live_bytes))
                 largest = &stacks[i];
         if (largest == NULL)
             break;

@@ -25,7 +25,7 @@
 #include "internal.h"
 
 cm_class_info cm_classes[CM_CLASSES_MAX];
-unsigned cm_class_count;          /* classes 1..cm_class_count-1 are in use */
+unsigned cm_class_count; /* classes 1..cm_class_count-1 are in use */
 uint8_t cm_class_of_small[CM_SMALL_STEP_MAX / 16 + 1];
 uint8_t cm_class_of_medium[CM_MAX_SMALL / 128 + 1];
 
@@ -60,8 +60,8 @@ static void add_class(size_t size)
     c->start_limit = step == 0 ? 1 : (uint32_t)(c->objects * step);
     CM_ASSERT(c->objects >= 1 && c->pages < 256 && c->batch <= CM_BATCH_MAX &&
               (uint64_t)c->objects * step < c->divisor_magic);
-    c->transfer_capacity =
-        (uint32_t)clamp(CM_TRANSFER_BYTES / ((size_t)c->batch * size), CM_TRANSFER_MIN, CM_TRANSFER_SLOTS);
+    c->transfer_capacity = (uint32_t)clamp(CM_TRANSFER_BYTES / ((size_t)c->batch * size),
+                                           CM_TRANSFER_MIN, CM_TRANSFER_SLOTS);
 }
 
 void cm_size_class_init(void)

@@ -3,7 +3,8 @@
  *
  * Counters are read from each layer under its own lock, one layer at a time, so the result
  * is a snapshot that may be off by what other threads did meanwhile, never a torn number.
- * cm_heap_check walks every layer's invariants. Nothing here allocates: the report is formatted on the stack and written with write(2).
+ * cm_heap_check walks every layer's invariants. Nothing here allocates: the report is formatted on
+ * the stack and written with write(2).
  */
 #include "internal.h"
 #include "cmalloc.h"
@@ -51,7 +52,9 @@ CM_EXPORT void cmalloc_stats_print(int fd)
     cmalloc_stats s;
     cm_message m = {.length = 0};
     cmalloc_stats_get(&s);
-    line(&m, fd, "cmalloc stats (version " CMALLOC_VERSION ")\n  in use:            ", s.bytes_in_use, " bytes\n");
+    line(&m, fd,
+         "cmalloc stats (version " CMALLOC_VERSION ")\n  in use:            ", s.bytes_in_use,
+         " bytes\n");
     line(&m, fd, "  mapped:            ", s.bytes_mapped, " bytes\n");
     line(&m, fd, "  released to OS:    ", s.bytes_released, " bytes (mapped, not resident)\n");
     line(&m, fd, "  page heap free:    ", s.bytes_page_heap_free, " bytes\n");
@@ -132,5 +135,6 @@ void cm_debug_walk(void)
 __attribute__((destructor)) static void stats_at_exit(void)
 {
     if (cm_is_initialized() && cm_option.stats_at_exit)
-        (cm_option.stats_at_exit == CM_STATS_JSON ? cmalloc_stats_print_json : cmalloc_stats_print)(2);
+        (cm_option.stats_at_exit == CM_STATS_JSON ? cmalloc_stats_print_json
+                                                  : cmalloc_stats_print)(2);
 }

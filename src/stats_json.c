@@ -20,7 +20,7 @@
 typedef struct json_writer {
     cm_message message;
     int fd;
-    bool need_comma;  /* a member or element was written at this level: the next needs a comma */
+    bool need_comma; /* a member or element was written at this level: the next needs a comma */
 } json_writer;
 
 /* Every piece written at once is far shorter than this margin, so nothing is ever cut. */
@@ -70,7 +70,7 @@ static void number(json_writer *w, const char *name, int64_t value)
     member(w, name);
     if (value < 0)
         put(w, "-");
-    put(w, "");  /* flushes first if needed, so the digits below always fit */
+    put(w, ""); /* flushes first if needed, so the digits below always fit */
     cm_message_uint(&w->message, value < 0 ? (uint64_t)-value : (uint64_t)value);
 }
 

@@ -7,8 +7,8 @@
  *
  * Sizing: a list's max_length starts at 1 and grows by one per miss up to the class's batch,
  * then by a batch per miss up to list_cap() (slow start: a thread that allocates little caches
- * little). A cache's byte budget (max_size) starts at CM_THREAD_START_BUDGET and grows, in doubling steps
- * claimed from the global pool of CMALLOC_THREAD_CACHE_TOTAL bytes, to at most
+ * little). A cache's byte budget (max_size) starts at CM_THREAD_START_BUDGET and grows, in doubling
+ * steps claimed from the global pool of CMALLOC_THREAD_CACHE_TOTAL bytes, to at most
  * CMALLOC_THREAD_CACHE_MAX; past its budget the cache gives back half of every list.
  *
  * Thread exit: a pthread key destructor flushes the cache and recycles it. Calls made after
@@ -26,7 +26,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-
 enum { THREAD_NEW = 0, THREAD_LIVE, THREAD_GONE };
 
 static cm_thread_cache empty_cache; /* every list empty with max_length 0: always the slow path */
@@ -34,13 +33,13 @@ CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current = &empty_cache;
 static CM_THREAD_LOCAL uint8_t thread_state;
 
 static cm_lock registry_lock = CM_LOCK_INIT;
-static cm_thread_cache *registry;      /* live caches */
-static cm_thread_cache *spare_caches;  /* caches of exited threads, linked through next */
+static cm_thread_cache *registry;     /* live caches */
+static cm_thread_cache *spare_caches; /* caches of exited threads, linked through next */
 static size_t live_caches;
-static cm_thread_cache *sweep_next;    /* the registry entry the orphan sweep looks at next */
+static cm_thread_cache *sweep_next;      /* the registry entry the orphan sweep looks at next */
 static _Atomic int64_t unclaimed_budget; /* of CMALLOC_THREAD_CACHE_TOTAL; may dip below 0 */
 static pthread_key_t exit_key;
-static bool have_exit_key;             /* pthread_key_create can fail: all keys taken */
+static bool have_exit_key; /* pthread_key_create can fail: all keys taken */
 
 static uint32_t list_cap(unsigned size_class)
 {
@@ -280,8 +279,9 @@ size_t cm_thread_cache_bytes(size_t *caches)
     cm_lock_acquire(&registry_lock);
     sweep_orphans_locked(live_caches);
     for (cm_thread_cache *cache = registry; cache; cache = cache->next)
-        bytes += cache == cm_thread_cache_current ? cache->size /* our own: exact */
-                                                  : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
+        bytes += cache == cm_thread_cache_current
+                     ? cache->size /* our own: exact */
+                     : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
     *caches = live_caches;
     cm_lock_release(&registry_lock);
     return bytes;
@@ -302,7 +302,8 @@ bool cm_thread_cache_valid(void)
             return false;
         bytes += (size_t)list->length * cm_classes[size_class].size;
     }
-    return bytes == cache->size && cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
+    return bytes == cache->size &&
+           cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
 
 void cm_thread_cache_init(void)
@@ -327,7 +328,6 @@ void cm_thread_cache_fork(int phase)
             unregister(cache);
         cache = next;
     }
-
 }
 
 /* In a forked child, always (also when fork took no lock): the thread's cache must carry the

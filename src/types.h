@@ -13,17 +13,17 @@
 #include "policy.h"
 
 /* ---- sizes ------------------------------------------------------------------------------- */
-#define CM_PAGE_SHIFT     13                          /* pages are 8 KiB */
+#define CM_PAGE_SHIFT     13 /* pages are 8 KiB */
 #define CM_PAGE_SIZE      ((size_t)1 << CM_PAGE_SHIFT)
-#define CM_ALIGNMENT      16                          /* every pointer handed out */
-#define CM_MAX_SMALL      ((size_t)256 << 10)         /* largest size served by a size class */
-#define CM_CLASSES_MAX    100                         /* table capacity; class 0 means "not small" */
-#define CM_SMALL_STEP_MAX 1024                        /* below this, class lookup in 16 B steps */
-#define CM_HEAP_LISTS     128                         /* page heap: exact lists for 1..128 pages */
-#define CM_ADDRESS_BITS   48                          /* user-space virtual addresses */
-#define CM_REQUEST_MAX    ((size_t)1 << (CM_ADDRESS_BITS - 1)) /* no user address space has room
-                                                         for more: larger requests fail at once */
-
+#define CM_ALIGNMENT      16                  /* every pointer handed out */
+#define CM_MAX_SMALL      ((size_t)256 << 10) /* largest size served by a size class */
+#define CM_CLASSES_MAX    100                 /* table capacity; class 0 means "not small" */
+#define CM_SMALL_STEP_MAX 1024                /* below this, class lookup in 16 B steps */
+#define CM_HEAP_LISTS     128                 /* page heap: exact lists for 1..128 pages */
+#define CM_ADDRESS_BITS   48                  /* user-space virtual addresses */
+#define CM_REQUEST_MAX                                                     \
+    ((size_t)1 << (CM_ADDRESS_BITS - 1)) /* no user address space has room \
+                                   for more: larger requests fail at once */
 
 /* ---- locks (the only lock type; see os.c for the platform side) --------------------------- */
 typedef pthread_mutex_t cm_lock;
@@ -31,15 +31,15 @@ typedef pthread_mutex_t cm_lock;
 
 /* ---- size classes -------------------------------------------------------------------------- */
 typedef struct cm_class_info {
-    uint32_t size;       /* object size in bytes, a multiple of 16 */
-    uint32_t pages;      /* pages per span */
-    uint32_t objects;    /* objects per span: pages * CM_PAGE_SIZE / size */
-    uint32_t batch;      /* objects per fill/flush between thread and central cache */
+    uint32_t size;              /* object size in bytes, a multiple of 16 */
+    uint32_t pages;             /* pages per span */
+    uint32_t objects;           /* objects per span: pages * CM_PAGE_SIZE / size */
+    uint32_t batch;             /* objects per fill/flush between thread and central cache */
     uint32_t transfer_capacity; /* batches its transfer cache may hold, <= CM_TRANSFER_SLOTS */
-    uint32_t start_limit;    /* an offset into a span starts an object iff
-                                offset * divisor_magic < start_limit (size_class.c) */
-    uint64_t divisor_magic;  /* UINT64_MAX / size + 1 */
-} cm_class_info;             /* 32 bytes: indexing is a shift */
+    uint32_t start_limit;       /* an offset into a span starts an object iff
+                                   offset * divisor_magic < start_limit (size_class.c) */
+    uint64_t divisor_magic;     /* UINT64_MAX / size + 1 */
+} cm_class_info;                /* 32 bytes: indexing is a shift */
 _Static_assert(sizeof(cm_class_info) == 32, "cm_class_info is indexed by a shift");
 
 /* ---- spans ---------------------------------------------------------------------------------
@@ -57,19 +57,19 @@ _Static_assert(sizeof(cm_class_info) == 32, "cm_class_info is indexed by a shift
 enum { CM_SPAN_DEAD = 0, CM_SPAN_FREE, CM_SPAN_SMALL, CM_SPAN_LARGE, CM_SPAN_MAPPED };
 
 typedef struct cm_span {
-    uintptr_t page;            /* first page number: address >> CM_PAGE_SHIFT */
-    size_t pages;              /* length in pages */
-    struct cm_span *next;      /* FREE: page heap list; SMALL: central list of spans with room */
+    uintptr_t page;       /* first page number: address >> CM_PAGE_SHIFT */
+    size_t pages;         /* length in pages */
+    struct cm_span *next; /* FREE: page heap list; SMALL: central list of spans with room */
     struct cm_span *prev;
-    void *free_objects;        /* SMALL: objects given back, linked through their first word */
-    char *bump;                /* SMALL: next never-used object; carving is lazy to keep RSS low */
-    char *limit;               /* SMALL: end of the last whole object */
-    uint32_t used;             /* SMALL: objects out of the span (in caches or with the program) */
-    uint8_t size_class;        /* SMALL: its class; 0 for every other state */
-    uint8_t state;             /* CM_SPAN_* */
-    uint8_t released;          /* FREE: pages were given back to the OS (madvise) */
-    uint8_t listed;            /* SMALL: on its central cache's list of spans with room */
-    uint64_t free_since_ms;    /* FREE: when it became free, for release by age */
+    void *free_objects;     /* SMALL: objects given back, linked through their first word */
+    char *bump;             /* SMALL: next never-used object; carving is lazy to keep RSS low */
+    char *limit;            /* SMALL: end of the last whole object */
+    uint32_t used;          /* SMALL: objects out of the span (in caches or with the program) */
+    uint8_t size_class;     /* SMALL: its class; 0 for every other state */
+    uint8_t state;          /* CM_SPAN_* */
+    uint8_t released;       /* FREE: pages were given back to the OS (madvise) */
+    uint8_t listed;         /* SMALL: on its central cache's list of spans with room */
+    uint64_t free_since_ms; /* FREE: when it became free, for release by age */
 } cm_span;
 
 /* ---- thread cache -------------------------------------------------------------------------
@@ -77,19 +77,19 @@ typedef struct cm_span {
  * lists[c].length <= lists[c].max_length except transiently inside a slow path.
  */
 typedef struct cm_free_list {
-    void *head;                /* objects linked through their first word */
-    uint32_t length;           /* objects on the list */
-    uint32_t max_length;       /* grows with use (slow start), a free beyond it flushes a batch */
+    void *head;          /* objects linked through their first word */
+    uint32_t length;     /* objects on the list */
+    uint32_t max_length; /* grows with use (slow start), a free beyond it flushes a batch */
 } cm_free_list;
 _Static_assert(sizeof(cm_free_list) == 16, "the fast paths index the lists by a shift");
 _Static_assert(CM_ALIGNMENT >= 2 * sizeof(uintptr_t), "a free object holds a link and a free mark");
 
 typedef struct cm_thread_cache {
     cm_free_list lists[CM_CLASSES_MAX]; /* lists[0] is never used: class 0 means "not small" */
-    size_t size;               /* bytes on all lists; read and written by its thread only */
-    size_t published_size;     /* size as of the thread's last slow path, for stats (atomic) */
-    size_t max_size;           /* budget: grows from a small start, drawn from a global pool */
-    int owner_tid;             /* kernel id of its thread, to find caches whose thread is gone */
+    size_t size;                  /* bytes on all lists; read and written by its thread only */
+    size_t published_size;        /* size as of the thread's last slow path, for stats (atomic) */
+    size_t max_size;              /* budget: grows from a small start, drawn from a global pool */
+    int owner_tid;                /* kernel id of its thread, to find caches whose thread is gone */
     struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
     struct cm_thread_cache *prev;
 } cm_thread_cache;
