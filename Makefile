@@ -42,7 +42,7 @@ endif
 # Layer order: platform, metadata, back end, middle end, front end, entry points.
 SRCS := src/os.c src/error.c src/options.c src/size_class.c src/metadata.c src/pagemap.c \
         src/page_heap.c src/central_cache.c src/thread_cache.c src/alloc.c src/check.c src/guard.c \
-        src/prof.c src/api.c src/init.c src/background.c src/stats.c src/stats_json.c src/pool.c \
+        src/prof.c src/api.c src/background.c src/init.c src/stats.c src/stats_json.c src/pool.c \
         src/arena.c src/override.c
 # new_handler.cc: C++ only for what C cannot do (catch a new-handler's exception); the C++
 # runtime symbols it names are made weak so C programs need no libstdc++.
