@@ -95,17 +95,17 @@ typedef struct cm_option_values {
     size_t thread_cache_max;   /* budget of one thread's cache */
     size_t thread_cache_total; /* budget of all thread caches together */
     int64_t release_delay_ms;  /* free spans idle this long go back to the OS; -1 never */
-    size_t background_release; /* a helper thread releases idle spans with no allocator call */
+    bool background_release;   /* a helper thread releases idle spans with no allocator call */
     size_t stats_at_exit;      /* at exit: 0 nothing, 1 the stats report, CM_STATS_JSON JSON */
-    size_t abort_on_error;     /* abort after reporting a bad free (else leak it, go on) */
-    size_t check;              /* debug mode: canaries, fill patterns, quarantine (check.c) */
-    size_t verbose;            /* print the options in force at start */
-    size_t prof;               /* sampling heap profiler on (prof.c) */
+    bool abort_on_error;       /* abort after reporting a bad free (else leak it, go on) */
+    bool check;                /* debug mode: canaries, fill patterns, quarantine (check.c) */
+    bool verbose;              /* print the options in force at start */
+    bool prof;                 /* sampling heap profiler on (prof.c) */
     size_t prof_rate;          /* mean bytes allocated between two samples */
-    size_t prof_leaks;         /* print the live samples by stack at exit */
+    bool prof_leaks;           /* print the live samples by stack at exit */
     const char *prof_dump;     /* path for the profile written at exit, or NULL */
     const char *prof_signal;   /* signal name or number that asks for a profile, or NULL */
-    size_t sample_exact;       /* sampling sees every free (prof.c parks the lists) */
+    bool sample_exact;         /* sampling sees every free (prof.c parks the lists) */
     size_t guard_rate;         /* one small allocation in this many is guarded (guard.c); 0 off */
     size_t guard_slots;        /* guarded allocations live or quarantined at once, at most */
 } cm_option_values;

@@ -22,77 +22,87 @@ cm_option_values cm_option;
 typedef struct option_entry {
     const char *name; /* after the CMALLOC_ prefix; lower case in CMALLOC_CONF */
     void *field;      /* into cm_option */
-    int is_signed;    /* int64_t field (else size_t); OPTION_TEXT: a const char * */
+    int kind;         /* what the field is: OPTION_SIZE, _SIGNED, _BOOL or _TEXT */
     int64_t default_value;
     const char *doc;
     const char *keyword; /* a word accepted for keyword_value, or NULL */
     int64_t keyword_value;
 } option_entry;
-enum { OPTION_TEXT = 2 }; /* a string, kept as given (a path, a signal's name) */
+enum {
+    OPTION_SIZE,   /* size_t: a count or bytes, with K, M, G suffixes */
+    OPTION_SIGNED, /* int64_t: may be negative */
+    OPTION_BOOL,   /* bool: 0 or 1, anything else is a bad value */
+    OPTION_TEXT,   /* const char *: a string kept as given (a path, a signal's name) */
+};
 
 static const option_entry options[] = {
-    {"MMAP_THRESHOLD", &cm_option.mmap_threshold, 0, CM_DEFAULT_MMAP_THRESHOLD,
+    {"MMAP_THRESHOLD", &cm_option.mmap_threshold, OPTION_SIZE, CM_DEFAULT_MMAP_THRESHOLD,
      .doc = "requests above this many bytes get their own mmap (and mremap on realloc)"},
-    {"MMAP_THRESHOLD_MAX", &cm_option.mmap_threshold_max, 0, CM_DEFAULT_MMAP_THRESHOLD_MAX,
+    {"MMAP_THRESHOLD_MAX", &cm_option.mmap_threshold_max, OPTION_SIZE,
+     CM_DEFAULT_MMAP_THRESHOLD_MAX,
      .doc =
          "freeing a mapped block raises the threshold to its size, up to this, so blocks churned "
          "again and again stay in the page heap (as glibc does); equal to MMAP_THRESHOLD: fixed"},
-    {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, 0, CM_DEFAULT_THREAD_CACHE_MAX,
+    {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, OPTION_SIZE, CM_DEFAULT_THREAD_CACHE_MAX,
      .doc = "most bytes one thread's cache may hold"},
-    {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, 0, CM_DEFAULT_THREAD_CACHE_TOTAL,
-     .doc = "most bytes all thread caches together may hold"},
-    {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, 1, CM_DEFAULT_RELEASE_DELAY_MS,
+    {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, OPTION_SIZE,
+     CM_DEFAULT_THREAD_CACHE_TOTAL, .doc = "most bytes all thread caches together may hold"},
+    {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, OPTION_SIGNED, CM_DEFAULT_RELEASE_DELAY_MS,
      .doc = "free pages idle this long are returned to the OS (0: at once, -1: never)"},
-    {"BACKGROUND_RELEASE", &cm_option.background_release, 0, 0,
+    {"BACKGROUND_RELEASE", &cm_option.background_release, OPTION_BOOL, 0,
      .doc = "1: a helper thread, started when the library loads, returns idle pages even when the "
             "program makes no calls; 0: allocator calls do it (no thread is ever started)"},
-    {"STATS", &cm_option.stats_at_exit, 0, 0,
+    {"STATS", &cm_option.stats_at_exit, OPTION_SIZE, 0,
      .doc = "1: print the stats report to stderr at exit; json: the same as one JSON object",
      .keyword = "json", .keyword_value = CM_STATS_JSON},
-    {"CHECK", &cm_option.check, 0, 0,
+    {"CHECK", &cm_option.check, OPTION_BOOL, 0,
      .doc = "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower"},
-    {"ABORT_ON_ERROR", &cm_option.abort_on_error, 0, 1,
+    {"ABORT_ON_ERROR", &cm_option.abort_on_error, OPTION_BOOL, 1,
      .doc = "1: abort after reporting an invalid or double free; 0: leak the pointer and go on"},
-    {"VERBOSE", &cm_option.verbose, 0, 0,
+    {"VERBOSE", &cm_option.verbose, OPTION_BOOL, 0,
      .doc = "1: print the options in force to stderr at start"},
-    {"PROF", &cm_option.prof, 0, 0,
+    {"PROF", &cm_option.prof, OPTION_BOOL, 0,
      .doc = "1: sampling heap profiler on (implied by PROF_LEAKS, PROF_DUMP, PROF_SIGNAL)"},
-    {"PROF_RATE", &cm_option.prof_rate, 0, CM_DEFAULT_PROF_RATE,
+    {"PROF_RATE", &cm_option.prof_rate, OPTION_SIZE, CM_DEFAULT_PROF_RATE,
      .doc = "the profiler samples on average one allocation per this many bytes allocated"},
-    {"PROF_LEAKS", &cm_option.prof_leaks, 0, 0,
+    {"PROF_LEAKS", &cm_option.prof_leaks, OPTION_BOOL, 0,
      .doc =
          "1: at exit, print the sampled allocations still live, grouped by stack, largest first"},
     {"PROF_DUMP", &cm_option.prof_dump, OPTION_TEXT, 0,
      .doc = "a path: write the heap profile (pprof's legacy text format) there at exit"},
     {"PROF_SIGNAL", &cm_option.prof_signal, OPTION_TEXT, 0,
      .doc = "a signal (SIGUSR2, or its number): write a heap profile when it arrives"},
-    {"SAMPLE_EXACT", &cm_option.sample_exact, 0, 1,
+    {"SAMPLE_EXACT", &cm_option.sample_exact, OPTION_BOOL, 1,
      .doc =
          "1: with PROF or GUARD_RATE on, every free goes through the sampler, so blocks reused in "
          "a thread's cache are counted (unbiased; frees are slower); 0: only allocations that "
          "reach "
          "the central cache are (close to free, blind to a heap churned in place)"},
-    {"GUARD_RATE", &cm_option.guard_rate, 0, 0,
+    {"GUARD_RATE", &cm_option.guard_rate, OPTION_SIZE, 0,
      .doc =
          "N: on average one small allocation in N gets its own page before a guard page (0: off)"},
-    {"GUARD_SLOTS", &cm_option.guard_slots, 0, 256,
+    {"GUARD_SLOTS", &cm_option.guard_slots, OPTION_SIZE, 256,
      .doc = "guarded allocations live at once, freed ones kept inaccessible, at most (4 KiB each)"},
 };
 enum { OPTION_COUNT = sizeof options / sizeof options[0] };
 
 static void store(const option_entry *o, int64_t value)
 {
-    if (o->is_signed == OPTION_TEXT)
-        *(const char **)o->field = NULL; /* the default: none */
-    else if (o->is_signed)
-        *(int64_t *)o->field = value;
-    else
-        *(size_t *)o->field = (size_t)value;
+    switch (o->kind) {
+    case OPTION_TEXT: *(const char **)o->field = NULL; break; /* the default: none */
+    case OPTION_SIGNED: *(int64_t *)o->field = value; break;
+    case OPTION_BOOL: *(bool *)o->field = value != 0; break;
+    default: *(size_t *)o->field = (size_t)value; break;
+    }
 }
 
 static int64_t load(const option_entry *o)
 {
-    return o->is_signed ? *(int64_t *)o->field : (int64_t) * (size_t *)o->field;
+    switch (o->kind) {
+    case OPTION_SIGNED: return *(int64_t *)o->field;
+    case OPTION_BOOL: return *(bool *)o->field;
+    default: return (int64_t) * (size_t *)o->field;
+    }
 }
 
 /* ASCII, so no locale is consulted. */
@@ -127,7 +137,7 @@ static int parse_value(const option_entry *o, const char *text, size_t length, i
         return 0;
     }
     int negative = 0;
-    if (text < end && *text == '-' && o->is_signed) {
+    if (text < end && *text == '-' && o->kind == OPTION_SIGNED) {
         negative = 1;
         text++;
     }
@@ -160,7 +170,8 @@ static int parse_value(const option_entry *o, const char *text, size_t length, i
         default: break;
         }
     }
-    if (text != end || value > ((uint64_t)INT64_MAX >> shift))
+    if (text != end || value > ((uint64_t)INT64_MAX >> shift) ||
+        (o->kind == OPTION_BOOL && (value > 1 || shift != 0)))
         return -1;
     *out = negative ? -(int64_t)(value << shift) : (int64_t)(value << shift);
     return 0;
@@ -182,7 +193,7 @@ static const char *text_value(const option_entry *o)
 
 static void message_value(cm_message *m, const option_entry *o)
 {
-    if (o->is_signed == OPTION_TEXT) {
+    if (o->kind == OPTION_TEXT) {
         cm_message_str(m, text_value(o));
         return;
     }
@@ -209,7 +220,9 @@ static void warn(const char *source, const char *problem, const char *item, size
     cm_message_str(&m, " '");
     message_part(&m, item, length);
     if (kept) {
-        cm_message_str(&m, "' (want a number with an optional K, M or G suffix");
+        cm_message_str(&m, kept->kind == OPTION_BOOL
+                               ? "' (want 0 or 1"
+                               : "' (want a number with an optional K, M or G suffix");
         if (kept->keyword) {
             cm_message_str(&m, ", or ");
             cm_message_str(&m, kept->keyword);
@@ -247,7 +260,7 @@ static void assign(const char *source, const char *item, size_t length, const ch
     int64_t parsed;
     if (o == NULL)
         warn(source, "unknown option", item, (size_t)(separator - item), NULL);
-    else if (o->is_signed == OPTION_TEXT) {
+    else if (o->kind == OPTION_TEXT) {
         if (!store_text(o, separator + 1, length - (size_t)(separator + 1 - item)))
             warn(source, "too long a value in", item, length, NULL);
     } else if (parse_value(o, separator + 1, length - (size_t)(separator + 1 - item), &parsed) != 0)
@@ -302,7 +315,7 @@ bool cm_option_at(unsigned index, const char **name, int64_t *value, const char 
         return false;
     const option_entry *o = &options[index];
     *name = o->name;
-    if (o->is_signed == OPTION_TEXT) { /* as a string, when it needs no JSON escape */
+    if (o->kind == OPTION_TEXT) { /* as a string, when it needs no JSON escape */
         *value = 0;
         *keyword = strpbrk(text_value(o), "\"\\\n\t\r") ? "(unprintable)" : text_value(o);
         return true;

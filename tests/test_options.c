@@ -4,8 +4,8 @@
  * cm_options_init is called with made-up environments; its stderr is captured in a file, so
  * each case checks both the values in force and the exact warnings: good items apply, K/M/G
  * suffixes scale, a CMALLOC_<NAME> variable wins over the string in either order, a later
- * item wins over an earlier one, and every unknown name or bad value gives exactly one line
- * naming it while the option keeps its value. Each case ends by reading an empty environment,
+ * item wins over an earlier one, a switch takes only 0 or 1, and every unknown name or bad value
+ * gives exactly one line naming it while the option keeps its value. Each case ends by reading an empty environment,
  * which puts every default back for the rest of the process.
  */
 #include <setjmp.h>
@@ -109,6 +109,20 @@ static void bad_values_warn_once_each_and_keep_the_default(void **state)
     assert_int_equal(cm_option.stats_at_exit, 0);
 }
 
+/* A switch is 0 or 1: another number is a bad value, not "on". */
+static void switches_take_0_or_1(void **state)
+{
+    (void)state;
+    char *env[] = {"CMALLOC_CONF=check:2,verbose:1k", "CMALLOC_ABORT_ON_ERROR=0", NULL};
+    assert_int_equal(read_options(env), 2);
+    assert_non_null(strstr(captured, "cmalloc: CMALLOC_CONF: bad value in 'check:2' (want 0 or 1); "
+                                     "keeping 0\n"));
+    assert_non_null(strstr(captured, "'verbose:1k' (want 0 or 1); keeping 0\n"));
+    assert_false(cm_option.check);
+    assert_false(cm_option.verbose);
+    assert_false(cm_option.abort_on_error);
+}
+
 static void item_without_colon_warns(void **state)
 {
     (void)state;
@@ -203,6 +217,7 @@ int main(void)
         cmocka_unit_test_teardown(names_and_keywords_ignore_case_empty_items_are_skipped, restore_defaults),
         cmocka_unit_test_teardown(unknown_name_warns_once_and_the_rest_applies, restore_defaults),
         cmocka_unit_test_teardown(bad_values_warn_once_each_and_keep_the_default, restore_defaults),
+        cmocka_unit_test_teardown(switches_take_0_or_1, restore_defaults),
         cmocka_unit_test_teardown(item_without_colon_warns, restore_defaults),
         cmocka_unit_test_teardown(later_item_wins_and_a_bad_one_keeps_the_value_in_force, restore_defaults),
         cmocka_unit_test_teardown(variable_overrides_string_in_either_order, restore_defaults),
