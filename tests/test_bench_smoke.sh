@@ -1,8 +1,8 @@
 #!/bin/sh
 # test_bench_smoke.sh - every benchmark program runs briefly under glibc and prints a RESULT line
 # that parses (all keys, in order, numbers where numbers belong); then a one-cell matrix goes
-# through scripts/bench-matrix.sh and bench-report.py and yields matrix.csv/md with the right
-# header. Run by `make test` from the top directory (which builds build/bench/*); about 3 s.
+# through scripts/bench-matrix.sh (the entry point of scripts/bench-matrix.py) and yields
+# matrix.csv/md with the right header. Run by `make test` from the top directory (which builds build/bench/*); about 3 s.
 set -u
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-smoke.XXXXXX")
