@@ -14,38 +14,11 @@
 #include <unistd.h>
 
 #include "internal.h"
-
-/* Runs scenario in a child with stderr captured; returns what it wrote, *signal how it ended. */
-static void run_child(void (*scenario)(void), char *report, size_t size, int *signal_number)
-{
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t child = fork();
-    if (child == 0) {
-        dup2(fds[1], 2);
-        scenario();
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t length = 0;
-    ssize_t n;
-    while (length + 1 < size && (n = read(fds[0], report + length, size - 1 - length)) > 0)
-        length += (size_t)n;
-    report[length] = '\0';
-    close(fds[0]);
-    int status;
-    waitpid(child, &status, 0);
-    *signal_number = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-}
+#include "helpers.h"
 
 static void expect_abort(void (*scenario)(void), const char *message)
 {
-    char report[512];
-    int signal_number;
-    run_child(scenario, report, sizeof report, &signal_number);
-    assert_int_equal(signal_number, SIGABRT);
-    if (strstr(report, message) == NULL)
-        fail_msg("expected \"%s\" in: %s", message, report);
+    expect_death(call_void, &scenario, message);
 }
 
 static void overflow_by_one(void)
@@ -149,11 +122,7 @@ static void overflow_after_shrink(void)
 static void shrink_keeps_the_canary(void **state)
 {
     (void)state;
-    char report[4096];
-    int signal_number;
-    run_child(overflow_after_shrink, report, sizeof report, &signal_number);
-    assert_int_equal(signal_number, SIGABRT);
-    assert_non_null(strstr(report, "heap buffer overflow past the block at"));
+    expect_abort(overflow_after_shrink, "heap buffer overflow past the block at");
 }
 
 int main(int argc, char **argv)
@@ -161,8 +130,7 @@ int main(int argc, char **argv)
     (void)argc;
     const char *mode = getenv("CMALLOC_CHECK");
     if (mode == NULL || strcmp(mode, "1") != 0) {
-        setenv("CMALLOC_CHECK", "1", 1);
-        execv("/proc/self/exe", argv);
+        exec_self(argv, (const char *[]){"CMALLOC_CHECK=1", NULL});
         perror("test_check: re-exec");
         return 1;
     }

@@ -49,9 +49,7 @@
 #include <cmocka.h>
 
 #include "cmalloc.h"
-
-#define KiB ((size_t)1024)
-#define MiB (KiB * 1024)
+#include "helpers.h"
 
 enum { HAMMERS = 2, SLOTS = 1024, MAX_FORKS = 100000 };
 
@@ -67,8 +65,6 @@ static unsigned test_seed;
 static atomic_int stop_hammers;
 static _Atomic(uintptr_t) slots[SLOTS]; /* blocks any thread may take and free */
 static atomic_long hammer_errors, hammer_ops;
-
-#include "watchdog.h"
 
 static double now_seconds(void)
 {
@@ -383,10 +379,7 @@ int main(void)
     times = mmap(NULL, sizeof *times, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (times == MAP_FAILED)
         return 2;
-    const char *s = getenv("TEST_SEED");
-    test_seed = s != NULL ? (unsigned)strtoul(s, NULL, 0)
-                          : (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
-    printf("test_fork_stress: seed %u (set TEST_SEED=%u to repeat)\n", test_seed, test_seed);
+    test_seed = seed_from_env("test_fork_stress");
     start_watchdog("test_fork_stress", 120);
     fflush(stdout);
     const struct CMUnitTest tests[] = {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "helpers.h"
 
 static unsigned seed;
 
@@ -118,9 +119,7 @@ static void release_returns_free_pages(void **state)
 int main(void)
 {
     cm_init();
-    const char *fixed = getenv("TEST_SEED");
-    seed = fixed ? (unsigned)strtoul(fixed, NULL, 10) : (unsigned)cm_os_now_ms();
-    printf("test_page_heap: seed %u (set TEST_SEED to repeat)\n", seed);
+    seed = seed_from_env("test_page_heap");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_and_coalesce),
         cmocka_unit_test(random_sequence_keeps_invariants),

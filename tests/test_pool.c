@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #include "cmalloc.h"
-#include "explicit_test.h"
+#include "helpers.h"
 #include "pool_churn.h"
 
 bool cm_pool_valid(const cmalloc_pool *pool); /* src/internal.h: hidden, linkable from the .a */
@@ -168,11 +168,7 @@ static uint64_t next_random(uint64_t *s)
 static void random_against_model(void **state)
 {
     (void)state;
-    const char *fixed = getenv("TEST_SEED");
-    uint64_t seed = fixed ? strtoull(fixed, NULL, 0) : (uint64_t)time(NULL);
-    printf("test_pool: random_against_model seed %llu (set TEST_SEED to repeat)\n",
-           (unsigned long long)seed);
-    uint64_t s = seed | 1;
+    uint64_t s = seed_from_env("test_pool: random_against_model") | 1;
     enum { SLOTS = 4096, STEPS = 400000, SIZE = 48 };
     static unsigned char *slots[SLOTS];
     memset(slots, 0, sizeof slots);
@@ -424,30 +420,14 @@ static int keep_going_child(void)
 static void keep_going(void **state)
 {
     (void)state;
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        char *argv[] = {"test_pool", "--keep-going", NULL};
-        char *envp[] = {"CMALLOC_ABORT_ON_ERROR=0", NULL};
-        execve("/proc/self/exe", argv, envp);
-        _exit(127);
-    }
-    close(fds[1]);
-    char output[4096];
-    ssize_t n, length = 0;
-    while ((n = read(fds[0], output + length, sizeof output - 1 - (size_t)length)) > 0)
-        length += n;
-    output[length] = '\0';
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    assert_non_null(strstr(output, "double free"));
-    assert_non_null(strstr(output, "is not an object of pool"));
-    assert_non_null(strstr(output, "; leaking it and going on\n"));
+    static child_result result;
+    child_spec spec = {.self_args = (char *[]){"test_pool", "--keep-going", NULL},
+                       .env = {"CMALLOC_ABORT_ON_ERROR=0"}};
+    run_child(&spec, &result);
+    assert_true(WIFEXITED(result.status) && WEXITSTATUS(result.status) == 0);
+    assert_non_null(strstr(result.output, "double free"));
+    assert_non_null(strstr(result.output, "is not an object of pool"));
+    assert_non_null(strstr(result.output, "; leaking it and going on\n"));
 }
 
 static atomic_int fork_test_stop;
