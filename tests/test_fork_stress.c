@@ -3,7 +3,8 @@
  * Linked with build/libcmalloc.a by the Makefile, so cmalloc serves every call here.
  *
  *   test_fork_under_load   2 threads allocate, reallocate and free random sizes (16 B to 3 MiB,
- *                          a few above the 8 MiB mmap threshold) and pass blocks to each other
+ *                          a few of 9 to 10 MiB, mmap'd at first: the threshold starts at 1 MiB
+ *                          and freeing a mapping raises it) and pass blocks to each other
  *                          through a shared array of slots, so frees cross threads. Meanwhile
  *                          the main thread forks up to 2000 times (stopping after 10 s; the
  *                          count is printed). Every child: frees a block the parent made

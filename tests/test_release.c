@@ -26,7 +26,7 @@
  * Soak (`build/tests/test_release --soak SECONDS`, `make soak SOAK_SECONDS=300`): threads mixing
  * sizes for minutes; RSS sampled each second must stay flat (see soak_main).
  *
- * Sizes: TEST_RELEASE_MIB (default 512; the issue says 1024) sets the total. Runtime: about
+ * Sizes: TEST_RELEASE_MIB (default 512; 1024 for a heavier run) sets the total. Runtime: about
  * 2-4 s for the first two on two cores (page faults dominate), up to 10 s for the churn.
  */
 #define _GNU_SOURCE
