@@ -20,6 +20,9 @@
  *                      when the test knows the address); else the test fails, showing both
  *   expect_death(body, arg, expected)  run_child then expect_aborted: build the objects and
  *                      the expected text before, so the child's addresses are the parent's
+ *   announce(p), expect_report(spec, format)  for a child that picks the address itself: it
+ *                      announces it before the bad call, and the parent expects `format`
+ *                      with that address for its %p
  *   expect_in_stats_and_released(make, destroy, bytes)  make(bytes) builds an arena or pool
  *                      holding `bytes` of written memory; they must show in bytes_in_use, and
  *                      destroy must take them out of bytes_in_use and (three quarters at least)
@@ -218,6 +221,34 @@ static inline void expect_death(void (*body)(void *arg), void *arg, const char *
     static child_result result;
     child_spec spec = {.body = body, .arg = arg};
     run_child(&spec, &result);
+    expect_aborted(&result, expected);
+}
+
+/* In a death test's child, before the bad call: writes "address 0x<hex>\n" to stderr without
+ * stdio (the child's heap is what is on trial), so that the parent knows the address the
+ * report must name even when the child chose it. */
+static inline void announce(const void *p)
+{
+    char text[64];
+    int n = snprintf(text, sizeof text, "address %p\n", p);
+    if (write(2, text, (size_t)n) < 0)
+        _exit(90);
+}
+
+/* run_child, then expect_aborted with the report for the address the child announced: the
+ * one %p in `format` stands for it. */
+static inline void expect_report(const child_spec *spec, const char *format)
+{
+    static child_result result;
+    run_child(spec, &result);
+    void *p = NULL;
+    const char *line = strstr(result.output, "address ");
+    char expected[256];
+    /* cmalloc prints addresses as 0x followed by lower-case hex, as %p does with glibc. */
+    if (line != NULL && sscanf(line, "address %p", &p) == 1)
+        snprintf(expected, sizeof expected, format, p);
+    else
+        snprintf(expected, sizeof expected, "(no address announced) %s", format);
     expect_aborted(&result, expected);
 }
 

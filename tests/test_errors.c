@@ -67,42 +67,7 @@
 
 bool cm_heap_check(void); /* src/internal.h: hidden in the .so, linkable from the .a */
 
-/* Writes "address 0x<hex>\n" to stderr without stdio (the child's heap is what is on trial). */
-static void announce(const void *p)
-{
-    char text[64];
-    int n = snprintf(text, sizeof text, "address %p\n", p);
-    if (write(2, text, (size_t)n) < 0)
-        _exit(90);
-}
-
-/* ---- the death-test harness (helpers.h runs the child) -------------------------------------- */
-
-/* The address the child announced, or NULL. */
-static void *announced_address(const char *output)
-{
-    const char *line = strstr(output, "address ");
-    void *p = NULL;
-    if (line == NULL || sscanf(line, "address %p", &p) != 1)
-        return NULL;
-    return p;
-}
-
-/* Runs the child; it must die of SIGABRT with the report for the address it announced:
- * `format` holds one %p, which stands for that address. */
-static void expect_report(const child_spec *spec, const char *format)
-{
-    static child_result result;
-    run_child(spec, &result);
-    char expected[256];
-    void *p = announced_address(result.output);
-    /* cmalloc prints addresses as 0x followed by lower-case hex, as %p does with glibc. */
-    if (p != NULL)
-        snprintf(expected, sizeof expected, format, p);
-    else
-        snprintf(expected, sizeof expected, "(no address announced) %s", format);
-    expect_aborted(&result, expected);
-}
+/* ---- the death-test harness (helpers.h: run_child, announce, expect_report) ----------------- */
 
 /* The bad call body(), in a forked child. */
 static void expect_death_at(void (*body)(void), const char *format)

@@ -350,7 +350,7 @@ static void misuse_body(void *arg)
         cmalloc_pool_free(m->pool, m->object);
 }
 
-static void expect_report(misuse m, const char *format)
+static void expect_misuse_report(misuse m, const char *format)
 {
     char expected[256];
     snprintf(expected, sizeof expected, format, m.object, (void *)m.pool);
@@ -367,7 +367,7 @@ static void death_double_free(void **state)
         cmalloc_pool *pool = cmalloc_pool_create(32, 100, flags);
         void *object = cmalloc_pool_alloc(pool);
         cmalloc_pool_alloc(pool);
-        expect_report((misuse){.pool = pool, .object = object, .twice = true}, double_free);
+        expect_misuse_report((misuse){.pool = pool, .object = object, .twice = true}, double_free);
         cmalloc_pool_destroy(pool);
     }
 }
@@ -380,11 +380,11 @@ static void death_foreign_pointers(void **state)
     char *object = cmalloc_pool_alloc(pool);
     int local;
     void *heap = malloc(32);
-    expect_report((misuse){.pool = pool, .object = heap}, not_ours);
-    expect_report((misuse){.pool = pool, .object = &local}, not_ours);
-    expect_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(other)}, not_ours);
-    expect_report((misuse){.pool = pool, .object = object + 16}, not_ours);
-    expect_report((misuse){.pool = pool, .object = object - 64}, not_ours); /* the chunk header */
+    expect_misuse_report((misuse){.pool = pool, .object = heap}, not_ours);
+    expect_misuse_report((misuse){.pool = pool, .object = &local}, not_ours);
+    expect_misuse_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(other)}, not_ours);
+    expect_misuse_report((misuse){.pool = pool, .object = object + 16}, not_ours);
+    expect_misuse_report((misuse){.pool = pool, .object = object - 64}, not_ours); /* the chunk header */
     free(heap);
     cmalloc_pool_destroy(other);
     cmalloc_pool_destroy(pool);
@@ -394,7 +394,7 @@ static void death_free_of_a_pool_object(void **state)
 {
     (void)state;
     cmalloc_pool *pool = cmalloc_pool_create(32, 100, CMALLOC_POOL_FIXED);
-    expect_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(pool), .with_free = true},
+    expect_misuse_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(pool), .with_free = true},
                   "cmalloc: free(): invalid pointer %p; aborting\n");
     cmalloc_pool_destroy(pool);
 }
