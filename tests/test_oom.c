@@ -450,7 +450,8 @@ static void checked_body(void *body)
 static void run_in_child(void (*body)(void), const char *name)
 {
     static child_result result;
-    child_spec spec = {.body = checked_body, .arg = &body, .with_stdout = true, .alarm_seconds = 30};
+    child_spec spec = {.body = checked_body, .arg = &body, .with_stdout = true,
+                       .alarm_seconds = 30};
     run_child(&spec, &result);
     int status = result.status;
     if (WIFSIGNALED(status))

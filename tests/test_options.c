@@ -282,11 +282,11 @@ static void names_near_known_ones_are_unknown(void **state)
                     ":5",
                     NULL};
     assert_int_equal(read_options(conf), 4);
-    assert_string_equal(captured, "cmalloc: CMALLOC_CONF: unknown option 'mmap_threshol'; ignored\n"
-                                  "cmalloc: CMALLOC_CONF: unknown option 'mmap_thresholds'; ignored\n"
-                                  "cmalloc: CMALLOC_CONF: unknown option 'cmalloc_mmap_threshold'; "
-                                  "ignored\n"
-                                  "cmalloc: CMALLOC_CONF: unknown option ''; ignored\n");
+    assert_string_equal(captured,
+                        "cmalloc: CMALLOC_CONF: unknown option 'mmap_threshol'; ignored\n"
+                        "cmalloc: CMALLOC_CONF: unknown option 'mmap_thresholds'; ignored\n"
+                        "cmalloc: CMALLOC_CONF: unknown option 'cmalloc_mmap_threshold'; ignored\n"
+                        "cmalloc: CMALLOC_CONF: unknown option ''; ignored\n");
     assert_int_equal(cm_option.mmap_threshold, 1 << 20);
     char *variables[] = {"CMALLOC_MMAP_THRESHOL=1", "CMALLOC_MMAP_THRESHOLDS=1",
                          "CMALLOC_CMALLOC_MMAP_THRESHOLD=1", NULL};

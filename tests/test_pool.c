@@ -384,7 +384,8 @@ static void death_foreign_pointers(void **state)
     expect_misuse_report((misuse){.pool = pool, .object = &local}, not_ours);
     expect_misuse_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(other)}, not_ours);
     expect_misuse_report((misuse){.pool = pool, .object = object + 16}, not_ours);
-    expect_misuse_report((misuse){.pool = pool, .object = object - 64}, not_ours); /* the chunk header */
+    /* the chunk header */
+    expect_misuse_report((misuse){.pool = pool, .object = object - 64}, not_ours);
     free(heap);
     cmalloc_pool_destroy(other);
     cmalloc_pool_destroy(pool);
@@ -394,8 +395,9 @@ static void death_free_of_a_pool_object(void **state)
 {
     (void)state;
     cmalloc_pool *pool = cmalloc_pool_create(32, 100, CMALLOC_POOL_FIXED);
-    expect_misuse_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(pool), .with_free = true},
-                  "cmalloc: free(): invalid pointer %p; aborting\n");
+    expect_misuse_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(pool),
+                                  .with_free = true},
+                         "cmalloc: free(): invalid pointer %p; aborting\n");
     cmalloc_pool_destroy(pool);
 }
 
