@@ -82,7 +82,9 @@ $(LIB_A): $(OBJS)
 build/obj build/tests:
 	mkdir -p $@
 
-build/tests/%: tests/%.c $(LIB_A) | build/tests
+# Every test is rebuilt when a shared header (tests/helpers.h, watchdog.h, pool_churn.h) changes.
+TEST_HEADERS := $(wildcard tests/*.h)
+build/tests/%: tests/%.c $(TEST_HEADERS) $(LIB_A) | build/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(LIB_A) -lcmocka -lpthread
 
 # C++ tests (tests/test_*.cc): the header-only front ends compiled as strictly as users would.

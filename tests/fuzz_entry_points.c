@@ -4,8 +4,9 @@
  * calloc, realloc, free, posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
  * reallocarray, malloc_usable_size, realloc(p, 0), realloc(NULL, n), overflowing
  * calloc/reallocarray, malloc_trim and bursts of small blocks. Sizes are biased to small
- * (most below 1 KiB), some up to 256 KiB (size classes), some page-heap blocks up to 8 MiB and a
- * few above the 8 MiB mmap threshold; alignments are any power of two up to 4 MiB (and a few
+ * (most below 1 KiB), some up to 256 KiB (size classes), some up to 8 MiB and a few up to
+ * 24 MiB, on both sides of the mmap threshold (1 MiB at start, raised to the size of each
+ * mapped block freed, up to 32 MiB); alignments are any power of two up to 4 MiB (and a few
  * invalid ones, which must fail with EINVAL).
  *
  * Every block is filled with a pattern derived from its tag and offset (all of it up to 2 KiB;
@@ -93,7 +94,8 @@ static uint32_t take16(reader *r) { return (uint32_t)take8(r) | (uint32_t)take8(
 static uint32_t take32(reader *r) { return take16(r) | take16(r) << 16; }
 
 /* A size biased to small: 75% below 1 KiB, 18% up to 256 KiB (the size classes), 4% up to
- * 8 MiB (page-heap spans), 1% up to 24 MiB (above the mmap threshold). Some exact edges. */
+ * 8 MiB, 1% up to 24 MiB (page-heap spans or mappings, as the mmap threshold stands). Some
+ * exact edges. */
 static size_t take_size(reader *r)
 {
     uint8_t kind = take8(r);

@@ -1,27 +1,12 @@
-# tests/reliability.mk - reliability tests and tools (issue 5), included by the top Makefile.
+# tests/reliability.mk - reliability tests and tools, included by the top Makefile.
 #
 #   make test                  also runs (through tests/test_*.c, tests/test_*.sh and the rules
 #                              here): test_errors, test_oom, test_oom_cxx.sh, test_release,
 #                              test_fork_stress, and the fuzz corpus replayed by
 #                              build/tests/test_fuzz_replay (about 40 s of the total on 2 cores)
-#   make reliability-pending   checks of behaviour issue 5 asks for that cmalloc lacks today, or
-#                              bugs found and not fixed yet: expected to fail until they are
-#                              (each test's header says what its --pending mode checks; the
-#                              findings are summed up in build/RELIABILITY_FINDINGS.txt)
 #   make fuzz                  libFuzzer over every entry point (FUZZ_SECONDS, default 60)
 #   make sanitize              ThreadSanitizer, UBSan and ASan runs (about 3 minutes)
 #   make soak                  minutes of mixed-size threads, RSS must stay flat (SOAK_SECONDS)
-
-.PHONY: reliability-pending
-
-reliability-pending: all build/tests/test_errors build/tests/test_fuzz_replay
-	@status=0; \
-	echo "== build/tests/test_errors --pending"; build/tests/test_errors --pending || status=1; \
-	if [ -n "$$(ls tests/data/reliability/fuzz_pending 2>/dev/null)" ]; then \
-	echo "== fuzz inputs that crash today: build/tests/test_fuzz_replay tests/data/reliability/fuzz_pending"; \
-	if build/tests/test_fuzz_replay tests/data/reliability/fuzz_pending > build/tests/fuzz_pending.log 2>&1; \
-	then echo "ok"; else tail -2 build/tests/fuzz_pending.log; status=1; fi; fi; \
-	exit $$status
 
 # ---- fuzzing ---------------------------------------------------------------------------------
 # build/fuzz/fuzz_entry_points: libFuzzer (clang) against a prefixed copy of cmalloc
@@ -32,8 +17,7 @@ reliability-pending: all build/tests/test_errors build/tests/test_fuzz_replay
 #   make fuzz                      60 s (FUZZ_SECONDS=600 for longer); new inputs go to
 #                                  build/fuzz/corpus, crashes to build/fuzz/crash-*
 #   make fuzz FUZZ_ENV="CMALLOC_CHECK=1"         fuzz the debug mode
-# A crash input, once the bug is fixed, goes into tests/fuzz_corpus/ (replayed by `make test`);
-# until then into tests/data/reliability/fuzz_pending/ (replayed by `make reliability-pending`).
+# A crash input goes into tests/fuzz_corpus/ (replayed by `make test`) with the fix of its bug.
 #   build/tests/test_fuzz_replay FILE...   replay inputs (a crash, a directory)
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60

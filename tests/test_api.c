@@ -46,6 +46,7 @@
 #include <cmocka.h>
 
 #include "cmalloc.h"
+#include "helpers.h"
 
 /* glibc >= 2.26 no longer declares cfree; cmalloc exports it (DESIGN.md, public surface). */
 void cfree(void *ptr);
@@ -56,28 +57,6 @@ void *__libc_calloc(size_t nmemb, size_t size);
 void *__libc_realloc(void *ptr, size_t size);
 void *__libc_memalign(size_t alignment, size_t size);
 int __posix_memalign(void **memptr, size_t alignment, size_t size);
-
-#define KiB ((size_t)1024)
-#define MiB (KiB * 1024)
-
-/* Hides a value from the optimizer: it can no longer prove anything about it. */
-static void *opaque(void *p)
-{
-    __asm__ volatile("" : "+r"(p));
-    return p;
-}
-
-static size_t opaque_size(size_t n)
-{
-    __asm__ volatile("" : "+r"(n));
-    return n;
-}
-
-/* Makes every store to memory before this point observable. */
-static void clobber(void *p)
-{
-    __asm__ volatile("" : : "r"(p) : "memory");
-}
 
 /* Fails the current test with a formatted message. */
 #define CHECK(cond, ...)                                                                      \
@@ -146,24 +125,6 @@ static size_t first_not_byte(const void *p, size_t n, unsigned char v)
         if (b[i] != v)
             return i;
     return n;
-}
-
-static cmalloc_stats stats_now(void)
-{
-    cmalloc_stats s;
-    memset(&s, 0, sizeof s);
-    assert_int_equal(cmalloc_stats_get(&s), 0);
-    return s;
-}
-
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, resident = 0;
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
-    fclose(f);
-    return resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
 /* Checks one fresh block: non-NULL, 16-byte aligned (or more), usable >= size, all writable. */
@@ -1037,7 +998,7 @@ static void test_malloc_trim_releases(void **state)
     static void *large[LARGE];
     const size_t small_size = 32 * KiB, large_size = 2 * MiB;
     const size_t total = SMALL * small_size + LARGE * large_size; /* 96 MiB */
-    size_t rss_start = rss_bytes();
+    size_t rss_start = resident_bytes();
     for (int i = 0; i < SMALL; i++) {
         small[i] = opaque(malloc(small_size));
         assert_non_null(small[i]);
@@ -1050,7 +1011,7 @@ static void test_malloc_trim_releases(void **state)
         memset(large[i], 2, large_size);
         clobber(large[i]);
     }
-    size_t rss_full = rss_bytes();
+    size_t rss_full = resident_bytes();
     CHECK(rss_full >= rss_start + total / 2, "RSS %zu -> %zu after touching %zu bytes",
           rss_start, rss_full, total);
     for (int i = 0; i < SMALL; i++)
@@ -1059,7 +1020,7 @@ static void test_malloc_trim_releases(void **state)
         free(large[i]);
     int rc = malloc_trim(0);
     CHECK(rc == 0 || rc == 1, "malloc_trim returned %d", rc);
-    size_t rss_trimmed = rss_bytes();
+    size_t rss_trimmed = resident_bytes();
     CHECK(rss_trimmed + total / 2 <= rss_full,
           "RSS %zu MiB with %zu MiB live, still %zu MiB after free and malloc_trim(0)",
           rss_full >> 20, total >> 20, rss_trimmed >> 20);

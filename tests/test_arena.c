@@ -31,7 +31,7 @@
 #include <time.h>
 
 #include "cmalloc.h"
-#include "explicit_test.h"
+#include "helpers.h"
 
 static void alignment_every_power_of_two(void **state)
 {
@@ -91,10 +91,7 @@ static void nested_marks_and_rewinds(void **state)
 static void random_against_model(void **state)
 {
     (void)state;
-    const char *fixed = getenv("TEST_SEED");
-    uint64_t s = fixed ? strtoull(fixed, NULL, 0) : (uint64_t)time(NULL);
-    printf("test_arena: random_against_model seed %llu (set TEST_SEED to repeat)\n", (unsigned long long)s);
-    s |= 1;
+    uint64_t s = seed_from_env("test_arena: random_against_model") | 1;
     enum { BLOCKS = 4096, MARKS = 64, STEPS = 200000 };
     static struct { unsigned char *p; size_t size; unsigned char fill; } live[BLOCKS];
     struct { size_t mark, used, blocks; } marks[MARKS];

@@ -40,7 +40,7 @@ done
 run "alloc_bench powerlaw" build/bench/alloc_bench --mode=window --size-dist=powerlaw --size 1M --window 64 $short
 run "server_bench" build/bench/server_bench --threads 2 --slots 2048 $short
 run "churn_bench" build/bench/churn_bench --threads 2 --objects 64 $short
-# issue 9's server patterns, shrunk so each thread's part (a batch, a life, a round) is short
+# the server-pattern benchmarks, shrunk so each thread's part (a batch, a life, a round) is short
 run "xmalloc_bench" build/bench/xmalloc_bench --threads 2 --batch 256 --queue 8 $short
 run "mstress_bench" build/bench/mstress_bench --threads 2 --slots 100 --life 500 $short
 run "larson_bench" build/bench/larson_bench --threads 2 --window 200 --round 1000 $short

@@ -32,16 +32,12 @@
  *                                   heap buffer overflow past the block at ...
  *
  * Keep-going mode: test_keep_going re-executes this binary (/proc/self/exe --keep-going) with
- * CMALLOC_ABORT_ON_ERROR=0 in its environment: options are read once when the allocator starts,
- * and in a forked child it has long started, so a fresh process is the only reliable way. The
+ * CMALLOC_ABORT_ON_ERROR=0 in its environment (helpers.h, run_child: options are read once,
+ * when the allocator starts). The
  * child makes every bad call above, checks each is reported and survived (realloc returns NULL
  * with ENOMEM, malloc_usable_size returns 0), that a reported double free does not hand the
  * same block out twice, that allocation still works, and that cm_heap_check() holds; it exits
  * 0 when all is well and the parent also checks the reports on its stderr.
- *
- * Pending (not in `make test`; run `build/tests/test_errors --pending`, or `make
- * reliability-pending`): death tests for behaviour cmalloc lacks at the last commit checked;
- * none at the moment (the table in pending_main is where a new one goes).
  *
  * Runtime: well under a second.
  */
@@ -67,168 +63,17 @@
 #include <cmocka.h>
 
 #include "cmalloc.h"
+#include "helpers.h"
 
 bool cm_heap_check(void); /* src/internal.h: hidden in the .so, linkable from the .a */
 
-#define KiB ((size_t)1024)
-#define MiB (KiB * 1024)
+/* ---- the death-test harness (helpers.h: run_child, announce, expect_report) ----------------- */
 
-extern char **environ;
-
-#include "watchdog.h"
-
-/* Hides a pointer's origin from the compiler, so it neither warns about nor folds the bad
- * calls these tests exist to make. */
-static void *opaque(void *p)
+/* The bad call body(), in a forked child. */
+static void expect_death_at(void (*body)(void), const char *format)
 {
-    __asm__ volatile("" : "+r"(p));
-    return p;
-}
-
-/* Writes "address 0x<hex>\n" to stderr without stdio (the child's heap is what is on trial). */
-static void announce(const void *p)
-{
-    char text[64];
-    int n = snprintf(text, sizeof text, "address %p\n", p);
-    if (write(2, text, (size_t)n) < 0)
-        _exit(90);
-}
-
-/* ---- the death-test harness ------------------------------------------------------------- */
-
-typedef struct child_result {
-    int status;              /* from waitpid */
-    char output[8192];       /* the child's stderr */
-} child_result;
-
-static void read_all(int fd, char *buffer, size_t capacity)
-{
-    size_t length = 0;
-    for (;;) {
-        ssize_t n = read(fd, buffer + length, capacity - 1 - length);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        length += (size_t)n;
-        if (length == capacity - 1) { /* keep draining so the child never blocks */
-            char sink[512];
-            while (read(fd, sink, sizeof sink) > 0)
-                ;
-            break;
-        }
-    }
-    buffer[length] = '\0';
-}
-
-/* Set by the pending runner: when not NULL, run_child re-executes this binary with this
- * variable added to the environment (`--run NAME`), for modes read once at start. */
-static const char *child_extra_env, *child_body_name;
-
-static void exec_self_with(const char *extra, const char *name)
-{
-    static char *env[512];
-    int n = 0;
-    env[n++] = (char *)extra;
-    size_t key = strcspn(extra, "=") + 1;
-    for (char **e = environ; *e && n < 510; e++)
-        if (strncmp(*e, extra, key) != 0)
-            env[n++] = *e;
-    env[n] = NULL;
-    char *args[] = {"test_errors", "--run", (char *)name, NULL};
-    execve("/proc/self/exe", args, env);
-    _exit(127);
-}
-
-/* Runs body in a forked child with stderr captured; the child exits 0 if body returns. */
-static void run_child(void (*body)(void), child_result *result)
-{
-    int pipe_fds[2];
-    assert_int_equal(pipe(pipe_fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        struct rlimit no_core = {0, 0};
-        setrlimit(RLIMIT_CORE, &no_core);
-        close(pipe_fds[0]);
-        dup2(pipe_fds[1], 2);
-        close(pipe_fds[1]);
-        alarm(20);
-        if (child_extra_env != NULL)
-            exec_self_with(child_extra_env, child_body_name);
-        body();
-        _exit(0);
-    }
-    close(pipe_fds[1]);
-    watchdog_child = pid;
-    read_all(pipe_fds[0], result->output, sizeof result->output);
-    close(pipe_fds[0]);
-    while (waitpid(pid, &result->status, 0) < 0)
-        assert_int_equal(errno, EINTR);
-    watchdog_child = 0;
-}
-
-static const char *describe(int status, char *buffer, size_t size)
-{
-    if (WIFEXITED(status))
-        snprintf(buffer, size, "exited with status %d", WEXITSTATUS(status));
-    else if (WIFSIGNALED(status))
-        snprintf(buffer, size, "killed by signal %d (%s)", WTERMSIG(status),
-                 strsignal(WTERMSIG(status)));
-    else
-        snprintf(buffer, size, "status 0x%x", status);
-    return buffer;
-}
-
-/* The address the child announced, or NULL. */
-static void *announced_address(const char *output)
-{
-    const char *line = strstr(output, "address ");
-    void *p = NULL;
-    if (line == NULL || sscanf(line, "address %p", &p) != 1)
-        return NULL;
-    return p;
-}
-
-/* Checks the report: `format` holds one %p, replaced by the announced address. */
-static bool report_matches(const char *output, const char *format, char *expected, size_t size)
-{
-    void *p = announced_address(output);
-    if (p == NULL) {
-        snprintf(expected, size, "(no address announced) %s", format);
-        return false;
-    }
-    /* cmalloc prints addresses as 0x followed by lower-case hex, as %p does with glibc. */
-    snprintf(expected, size, format, p);
-    return strstr(output, expected) != NULL;
-}
-
-/* Runs body in a child; it must die of SIGABRT with the message. Returns a failure reason or
- * NULL (used by both the cmocka tests and the pending runner). */
-static const char *death_check(void (*body)(void), const char *format)
-{
-    static child_result result;
-    static char reason[10000];
-    char expected[256], how[96];
-    memset(&result, 0, sizeof result);
-    run_child(body, &result);
-    bool aborted = WIFSIGNALED(result.status) && WTERMSIG(result.status) == SIGABRT;
-    bool reported = report_matches(result.output, format, expected, sizeof expected);
-    if (getenv("TEST_VERBOSE") != NULL)
-        fprintf(stderr, "child stderr:\n%s", result.output);
-    if (aborted && reported)
-        return NULL;
-    snprintf(reason, sizeof reason, "expected SIGABRT and \"%s\"; the child %s; its stderr:\n%s",
-             expected, describe(result.status, how, sizeof how), result.output);
-    return reason;
-}
-
-static void expect_death(void (*body)(void), const char *format)
-{
-    const char *failure = death_check(body, format);
-    if (failure != NULL)
-        fail_msg("%s", failure);
+    child_spec spec = {.body = call_void, .arg = &body};
+    expect_report(&spec, format);
 }
 
 /* ---- the bad calls (each runs in a child) ----------------------------------------------- */
@@ -363,8 +208,6 @@ static void usable_size_invalid(void)
     opaque((void *)n);
 }
 
-/* ---- pending: bad calls cmalloc does not catch (or misnames) yet ------------------------- */
-
 static void double_free_not_at_head(void)
 {
     void *a = opaque(malloc(48)), *b = opaque(malloc(48));
@@ -426,97 +269,97 @@ static void overrun_canary(void)
 static void test_free_stack_address(void **state)
 {
     (void)state;
-    expect_death(free_stack_address, "cmalloc: free(): invalid pointer %p");
+    expect_death_at(free_stack_address, "cmalloc: free(): invalid pointer %p");
 }
 
 static void test_free_foreign_mapping(void **state)
 {
     (void)state;
-    expect_death(free_foreign_mapping, "cmalloc: free(): invalid pointer %p");
+    expect_death_at(free_foreign_mapping, "cmalloc: free(): invalid pointer %p");
 }
 
 static void test_free_middle_of_small(void **state)
 {
     (void)state;
-    expect_death(free_middle_of_small, "cmalloc: free(): invalid pointer %p");
+    expect_death_at(free_middle_of_small, "cmalloc: free(): invalid pointer %p");
 }
 
 static void test_free_inside_large(void **state)
 {
     (void)state;
-    expect_death(free_inside_large, "cmalloc: free(): invalid pointer %p");
+    expect_death_at(free_inside_large, "cmalloc: free(): invalid pointer %p");
 }
 
 static void test_free_inside_huge(void **state)
 {
     (void)state;
-    expect_death(free_inside_huge, "cmalloc: free(): invalid pointer %p");
+    expect_death_at(free_inside_huge, "cmalloc: free(): invalid pointer %p");
 }
 
 static void test_double_free_small(void **state)
 {
     (void)state;
-    expect_death(double_free_small, "cmalloc: double free %p in free()");
+    expect_death_at(double_free_small, "cmalloc: double free %p in free()");
 }
 
 static void test_double_free_large(void **state)
 {
     (void)state;
-    expect_death(double_free_large, "cmalloc: double free %p in free()");
+    expect_death_at(double_free_large, "cmalloc: double free %p in free()");
 }
 
 static void test_double_free_huge(void **state)
 {
     (void)state;
-    expect_death(double_free_huge, "cmalloc: double free %p in free()");
+    expect_death_at(double_free_huge, "cmalloc: double free %p in free()");
 }
 
 static void test_double_free_large_merged(void **state)
 {
     (void)state;
-    expect_death(double_free_large_merged, "cmalloc: double free %p in free()");
+    expect_death_at(double_free_large_merged, "cmalloc: double free %p in free()");
 }
 
 static void test_double_free_not_at_head(void **state)
 {
     (void)state;
-    expect_death(double_free_not_at_head, "cmalloc: double free %p in free()");
+    expect_death_at(double_free_not_at_head, "cmalloc: double free %p in free()");
 }
 
 static void test_double_free_deep(void **state)
 {
     (void)state;
-    expect_death(double_free_deep, "cmalloc: double free %p in free()");
+    expect_death_at(double_free_deep, "cmalloc: double free %p in free()");
 }
 
 static void test_double_free_flushed(void **state)
 {
     (void)state;
-    expect_death(double_free_flushed, "cmalloc: double free %p in free()");
+    expect_death_at(double_free_flushed, "cmalloc: double free %p in free()");
 }
 
 static void test_double_free_other_thread(void **state)
 {
     (void)state;
-    expect_death(double_free_other_thread, "cmalloc: double free %p in free()");
+    expect_death_at(double_free_other_thread, "cmalloc: double free %p in free()");
 }
 
 static void test_free_past_span_end(void **state)
 {
     (void)state;
-    expect_death(free_past_span_end, "cmalloc: free(): invalid pointer %p");
+    expect_death_at(free_past_span_end, "cmalloc: free(): invalid pointer %p");
 }
 
 static void test_realloc_invalid(void **state)
 {
     (void)state;
-    expect_death(realloc_invalid, "cmalloc: realloc(): invalid pointer %p");
+    expect_death_at(realloc_invalid, "cmalloc: realloc(): invalid pointer %p");
 }
 
 static void test_usable_size_invalid(void **state)
 {
     (void)state;
-    expect_death(usable_size_invalid, "cmalloc: malloc_usable_size(): invalid pointer %p");
+    expect_death_at(usable_size_invalid, "cmalloc: malloc_usable_size(): invalid pointer %p");
 }
 
 /* ---- keep-going mode (runs in the re-executed child) ---------------------------------------
@@ -642,45 +485,16 @@ static int keep_going_main(void)
 static void test_keep_going(void **state)
 {
     (void)state;
-    int out_pipe[2], err_pipe[2];
-    assert_int_equal(pipe(out_pipe), 0);
-    assert_int_equal(pipe(err_pipe), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(out_pipe[1], 1);
-        dup2(err_pipe[1], 2);
-        close(out_pipe[0]), close(out_pipe[1]), close(err_pipe[0]), close(err_pipe[1]);
-        /* The child's environment: ours, with CMALLOC_ABORT_ON_ERROR=0 in front. */
-        static char *env[512];
-        int n = 0;
-        env[n++] = "CMALLOC_ABORT_ON_ERROR=0";
-        for (char **e = environ; *e && n < 510; e++)
-            if (strncmp(*e, "CMALLOC_ABORT_ON_ERROR=", 23) != 0)
-                env[n++] = *e;
-        env[n] = NULL;
-        char *args[] = {"test_errors", "--keep-going", NULL};
-        alarm(30);
-        execve("/proc/self/exe", args, env);
-        _exit(127);
-    }
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-    watchdog_child = pid;
-    /* Stdout is small (a line per check): read it all, then stderr. */
-    static char out[8192], err[16384];
-    read_all(out_pipe[0], out, sizeof out);
-    read_all(err_pipe[0], err, sizeof err);
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        assert_int_equal(errno, EINTR);
+    static child_result result;
+    child_spec spec = {.self_args = (char *[]){"test_errors", "--keep-going", NULL},
+                       .env = {"CMALLOC_ABORT_ON_ERROR=0"}, .with_stdout = true,
+                       .alarm_seconds = 30};
+    run_child(&spec, &result);
+    const char *output = result.output;
     char how[96];
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-        fail_msg("keep-going child %s\nstdout:\n%sstderr:\n%s",
-                 describe(status, how, sizeof how), out, err);
+    if (!(WIFEXITED(result.status) && WEXITSTATUS(result.status) == 0))
+        fail_msg("keep-going child %s; its output:\n%s",
+                 describe_status(result.status, how, sizeof how), output);
     static const char *const reports[] = {
         "cmalloc: free(): invalid pointer 0x",
         "cmalloc: realloc(): invalid pointer 0x",
@@ -689,86 +503,53 @@ static void test_keep_going(void **state)
         "; leaking it and going on",
     };
     for (size_t i = 0; i < sizeof reports / sizeof reports[0]; i++)
-        if (strstr(err, reports[i]) == NULL)
-            fail_msg("keep-going child's stderr lacks \"%s\":\n%s", reports[i], err);
-    /* Count the reports: 5 invalid frees + realloc + usable size + 2 double frees. */
+        if (strstr(output, reports[i]) == NULL)
+            fail_msg("keep-going child's output lacks \"%s\":\n%s", reports[i], output);
+    /* Count the reports: 5 invalid frees + realloc + usable size + 2 double frees (the child's
+     * own lines on stdout never say "cmalloc: "). */
     int count = 0;
-    for (const char *s = err; (s = strstr(s, "cmalloc: ")) != NULL; s++)
+    for (const char *s = output; (s = strstr(s, "cmalloc: ")) != NULL; s++)
         count++;
     if (count != 9)
-        fail_msg("expected 9 reports from the keep-going child, got %d:\n%s", count, err);
+        fail_msg("expected 9 reports from the keep-going child, got %d:\n%s", count, output);
 }
 
-/* ---- pending runner ------------------------------------------------------------------------ */
+/* ---- check mode: death tests in a copy re-executed with CMALLOC_CHECK=1 ------------------ */
 
-typedef struct pending_check {
-    const char *name;
+typedef struct reexec_check {
+    const char *name; /* the child runs `test_errors --run NAME` */
     void (*body)(void);
     const char *format;
-    const char *env; /* added to the child's environment, or NULL */
-} pending_check;
+} reexec_check;
 
-static const pending_check pending[] = {
-};
-enum { PENDING = sizeof pending / sizeof pending[0] };
-
-/* Death tests that need CMALLOC_CHECK=1 in a re-executed child (in `make test`). */
-static const pending_check check_mode[] = {
-    {"check_double_free_not_at_head", double_free_not_at_head, "cmalloc: double free %p",
-     "CMALLOC_CHECK=1"},
-    {"check_overrun_canary", overrun_canary, "cmalloc: heap buffer overflow past the block at %p",
-     "CMALLOC_CHECK=1"},
+static const reexec_check check_mode[] = {
+    {"check_double_free_not_at_head", double_free_not_at_head, "cmalloc: double free %p"},
+    {"check_overrun_canary", overrun_canary, "cmalloc: heap buffer overflow past the block at %p"},
 };
 enum { CHECK_MODE = sizeof check_mode / sizeof check_mode[0] };
 
-static void expect_death_reexec(const pending_check *c)
+static void expect_death_with_check(const reexec_check *c)
 {
-    child_extra_env = c->env;
-    child_body_name = c->name;
-    const char *failure = death_check(c->body, c->format);
-    child_extra_env = NULL;
-    if (failure != NULL)
-        fail_msg("with %s: %s", c->env, failure);
+    child_spec spec = {.self_args = (char *[]){"test_errors", "--run", (char *)c->name, NULL},
+                       .env = {"CMALLOC_CHECK=1"}};
+    expect_report(&spec, c->format);
 }
 
 static void test_check_double_free_not_at_head(void **state)
 {
     (void)state;
-    expect_death_reexec(&check_mode[0]);
+    expect_death_with_check(&check_mode[0]);
 }
 
 static void test_check_overrun_canary(void **state)
 {
     (void)state;
-    expect_death_reexec(&check_mode[1]);
+    expect_death_with_check(&check_mode[1]);
 }
 
-static int pending_main(void)
-{
-    int failed = 0;
-    for (int i = 0; i < PENDING; i++) {
-        child_extra_env = pending[i].env;
-        child_body_name = pending[i].name;
-        const char *failure = death_check(pending[i].body, pending[i].format);
-        child_extra_env = NULL;
-        printf("%s %s%s%s\n", failure ? "FAIL" : "ok  ", pending[i].name,
-               pending[i].env ? " with " : "", pending[i].env ? pending[i].env : "");
-        if (failure)
-            printf("    %s\n", failure);
-        failed += failure != NULL;
-    }
-    printf("pending: %d of %d still fail\n", failed, PENDING);
-    return failed ? 1 : 0;
-}
-
-/* --run NAME: the body of a pending check, in a process re-executed by run_child. */
+/* --run NAME: the body of a check-mode test, in the re-executed copy. */
 static int run_main(const char *name)
 {
-    for (int i = 0; i < PENDING; i++)
-        if (strcmp(pending[i].name, name) == 0) {
-            pending[i].body();
-            return 0;
-        }
     for (int i = 0; i < CHECK_MODE; i++)
         if (strcmp(check_mode[i].name, name) == 0) {
             check_mode[i].body();
@@ -784,8 +565,6 @@ int main(int argc, char **argv)
     if (argc > 2 && strcmp(argv[1], "--run") == 0)
         return run_main(argv[2]);
     start_watchdog("test_errors", 120);
-    if (argc > 1 && strcmp(argv[1], "--pending") == 0)
-        return pending_main();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_free_stack_address),
         cmocka_unit_test(test_free_foreign_mapping),

@@ -3,7 +3,8 @@
  * Linked with build/libcmalloc.a by the Makefile, so cmalloc serves every call here.
  *
  *   test_fork_under_load   2 threads allocate, reallocate and free random sizes (16 B to 3 MiB,
- *                          a few above the 8 MiB mmap threshold) and pass blocks to each other
+ *                          a few of 9 to 10 MiB, mmap'd at first: the threshold starts at 1 MiB
+ *                          and freeing a mapping raises it) and pass blocks to each other
  *                          through a shared array of slots, so frees cross threads. Meanwhile
  *                          the main thread forks up to 2000 times (stopping after 10 s; the
  *                          count is printed). Every child: frees a block the parent made
@@ -49,9 +50,7 @@
 #include <cmocka.h>
 
 #include "cmalloc.h"
-
-#define KiB ((size_t)1024)
-#define MiB (KiB * 1024)
+#include "helpers.h"
 
 enum { HAMMERS = 2, SLOTS = 1024, MAX_FORKS = 100000 };
 
@@ -67,8 +66,6 @@ static unsigned test_seed;
 static atomic_int stop_hammers;
 static _Atomic(uintptr_t) slots[SLOTS]; /* blocks any thread may take and free */
 static atomic_long hammer_errors, hammer_ops;
-
-#include "watchdog.h"
 
 static double now_seconds(void)
 {
@@ -383,10 +380,7 @@ int main(void)
     times = mmap(NULL, sizeof *times, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (times == MAP_FAILED)
         return 2;
-    const char *s = getenv("TEST_SEED");
-    test_seed = s != NULL ? (unsigned)strtoul(s, NULL, 0)
-                          : (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
-    printf("test_fork_stress: seed %u (set TEST_SEED=%u to repeat)\n", test_seed, test_seed);
+    test_seed = seed_from_env("test_fork_stress");
     start_watchdog("test_fork_stress", 120);
     fflush(stdout);
     const struct CMUnitTest tests[] = {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "helpers.h"
 
 /* Grows the class's list so that freeing what was just taken never overflows into a flush. */
 static void warm_up(size_t size)
@@ -41,34 +42,31 @@ static void links_are_not_stored_in_the_clear(void **state)
     free(b);
 }
 
+/* In the child: the use-after-free write of *target into a freed object's link, then two
+ * mallocs; exits 0 when the second is not the written address. */
+static void write_link_and_allocate(void *target)
+{
+    warm_up(80);
+    void *first = malloc(80), *second = malloc(80);
+    free(second);
+    free(first); /* first heads the list, linking to second */
+    memcpy(first, target, sizeof(uintptr_t)); /* the use-after-free write */
+    void *again = malloc(80);
+    void *steered = malloc(80);
+    _exit(again == first && steered != *(void **)target ? 0 : 3);
+}
+
 static void use_after_free_write_cannot_choose_the_next_pointer(void **state)
 {
     (void)state;
     static const uintptr_t targets[] = {0x4141414141414140u, 0x7ffff7dd0000u, 0x10000u};
+    static child_result result;
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
-        int pipe_fds[2];
-        assert_int_equal(pipe(pipe_fds), 0);
-        pid_t child = fork();
-        if (child == 0) {
-            dup2(pipe_fds[1], 2);
-            signal(SIGSEGV, SIG_DFL); /* not cmocka's handler: a crash must end the child */
-            warm_up(80);
-            void *first = malloc(80), *second = malloc(80);
-            free(second);
-            free(first); /* first heads the list, linking to second */
-            memcpy(first, &targets[i], sizeof targets[i]); /* the use-after-free write */
-            void *again = malloc(80);
-            void *steered = malloc(80);
-            _exit(again == first && steered != (void *)targets[i] ? 0 : 3);
-        }
-        close(pipe_fds[1]);
-        char report[256] = {0};
-        ssize_t n = read(pipe_fds[0], report, sizeof report - 1);
-        close(pipe_fds[0]);
-        int status;
-        waitpid(child, &status, 0);
+        child_spec spec = {.body = write_link_and_allocate, .arg = (void *)&targets[i]};
+        run_child(&spec, &result);
+        int status = result.status;
         if (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) {
-            assert_true(n > 0 && strstr(report, "cmalloc: corrupted free list at 0x") != NULL);
+            assert_non_null(strstr(result.output, "cmalloc: corrupted free list at 0x"));
         } else if (WIFSIGNALED(status)) {
             /* 1 time in 16 the garbage decodes to an aligned address and reading it faults:
              * a crash, but not the written address handed out. */

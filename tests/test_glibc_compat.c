@@ -48,18 +48,9 @@
 #include <cmocka.h>
 
 #include "cmalloc.h"
+#include "helpers.h"
 
-#define KiB ((size_t)1024)
-#define MiB (KiB * 1024)
 #define SENTINEL 4242
-
-#include "watchdog.h"
-
-static void *opaque(void *p)
-{
-    __asm__ volatile("" : "+r"(p));
-    return p;
-}
 
 #define EXPECT_ERRNO_KEPT(call)                                                                   \
     do {                                                                                          \
@@ -109,18 +100,21 @@ static void errno_left_alone(void **state)
     fclose(null);
 }
 
+static void exit_with(void *body)
+{
+    _exit((*(int (**)(void))body)());
+}
+
 /* Runs body in a child (it may exhaust the mapping count); fails with its output unless it
  * exits 0. */
 static void in_child(int (*body)(void), const char *what)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(body());
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_msg("%s: child status 0x%x", what, status);
+    static child_result result;
+    child_spec spec = {.body = exit_with, .arg = &body, .with_stdout = true, .alarm_seconds = 60};
+    run_child(&spec, &result);
+    printf("%s", result.output);
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("%s: child status 0x%x", what, result.status);
 }
 
 /* Whether the mapping holding [start, start + size) begins before it and ends after it. */

@@ -48,19 +48,9 @@
 #include <cmocka.h>
 
 #include "cmalloc.h"
+#include "helpers.h"
 
 bool cm_heap_check(void); /* src/internal.h: hidden in the .so, linkable from the .a */
-
-#define KiB ((size_t)1024)
-#define MiB (KiB * 1024)
-
-static void *opaque(void *p)
-{
-    __asm__ volatile("" : "+r"(p));
-    return p;
-}
-
-#include "watchdog.h"
 
 /* ---- child-side checks ---------------------------------------------------------------------- */
 
@@ -450,42 +440,25 @@ static void oom_threads(void)
 
 /* ---- parent side ----------------------------------------------------------------------------- */
 
+/* In the child: the body, then an exit status that says whether any check failed. */
+static void checked_body(void *body)
+{
+    (*(void (**)(void))body)();
+    _exit(atomic_load(&failures) == 0 ? 0 : 1);
+}
+
 static void run_in_child(void (*body)(void), const char *name)
 {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        close(fds[1]);
-        alarm(30);
-        body();
-        _exit(atomic_load(&failures) == 0 ? 0 : 1);
-    }
-    close(fds[1]);
-    watchdog_child = pid;
-    static char output[16384];
-    size_t length = 0;
-    ssize_t n;
-    while ((n = read(fds[0], output + length, sizeof output - 1 - length)) > 0 ||
-           (n < 0 && errno == EINTR))
-        if (n > 0)
-            length += (size_t)n;
-    output[length] = '\0';
-    close(fds[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        assert_int_equal(errno, EINTR);
-    watchdog_child = 0;
+    static child_result result;
+    child_spec spec = {.body = checked_body, .arg = &body, .with_stdout = true,
+                       .alarm_seconds = 30};
+    run_child(&spec, &result);
+    int status = result.status;
     if (WIFSIGNALED(status))
         fail_msg("%s: the child was killed by signal %d (%s); its output:\n%s", name,
-                 WTERMSIG(status), strsignal(WTERMSIG(status)), output);
+                 WTERMSIG(status), strsignal(WTERMSIG(status)), result.output);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_msg("%s: the child failed; its output:\n%s", name, output);
+        fail_msg("%s: the child failed; its output:\n%s", name, result.output);
 }
 
 static void test_oom_every_entry_point(void **state)

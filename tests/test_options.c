@@ -3,10 +3,14 @@
  *
  * cm_options_init is called with made-up environments; its stderr is captured in a file, so
  * each case checks both the values in force and the exact warnings: good items apply, K/M/G
- * suffixes scale, a CMALLOC_<NAME> variable wins over the string in either order, a later
- * item wins over an earlier one, a switch takes only 0 or 1, and every unknown name or bad value
- * gives exactly one line naming it while the option keeps its value. Each case ends by reading an empty environment,
- * which puts every default back for the rest of the process.
+ * suffixes (either case) scale up to exactly the largest value that fits and a value past it
+ * (or a number of 2^63 and more, or a malformed suffix) is refused, a minus sign is taken by
+ * signed options only (once, before the digits), a switch takes only 0 or 1, a
+ * CMALLOC_<NAME> variable wins over the string in either order, a later item wins over an
+ * earlier one, only whole names are known (a prefix or an extension of one is not), and every
+ * unknown name or bad value gives exactly one line naming it while the option keeps its value.
+ * Each case ends by reading an empty environment, which puts every default back for the rest
+ * of the process.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -210,6 +214,104 @@ static void option_at_reports_values_and_keywords(void **state)
     assert_true(saw_stats && saw_delay);
 }
 
+/* Reads CMALLOC_CONF=first,bad[0],bad[1],...: first applies, and each bad item gives exactly
+ * the line that refuses it, in order, naming the value kept (first's). */
+static void expect_refused(const char *first, const char *const *bad, size_t count,
+                           const char *keeping)
+{
+    static char conf[2048], expected[8192];
+    size_t c = (size_t)snprintf(conf, sizeof conf, "CMALLOC_CONF=%s", first), e = 0;
+    expected[0] = '\0';
+    for (size_t i = 0; i < count; i++) {
+        c += (size_t)snprintf(conf + c, sizeof conf - c, ",%s", bad[i]);
+        e += (size_t)snprintf(expected + e, sizeof expected - e,
+                              "cmalloc: CMALLOC_CONF: bad value in '%s' (want a number with an "
+                              "optional K, M or G suffix); keeping %s\n", bad[i], keeping);
+    }
+    assert_true(c < sizeof conf && e < sizeof expected);
+    char *env[] = {conf, NULL};
+    assert_int_equal(read_options(env), (int)count);
+    assert_string_equal(captured, expected);
+}
+
+/* The largest number a suffix allows is INT64_MAX shifted down by it; one more is refused
+ * (the shifted value would not fit), as is a number of 2^63 or more. PROF_RATE takes them
+ * because it changes nothing while the profiler is off. (The eight plain numbers just below
+ * 2^63 are refused too, by the digit loop's guard against overflow; nothing here pins that.) */
+static void suffixes_scale_up_to_the_exact_limit(void **state)
+{
+    (void)state;
+    char *lower[] = {"CMALLOC_CONF=prof_rate:2g", NULL};
+    assert_int_equal(read_options(lower), 0);
+    assert_int_equal(cm_option.prof_rate, (size_t)2 << 30);
+    static const struct { const char *item; size_t value; } limits[] = {
+        {"CMALLOC_CONF=prof_rate:8589934591G", (size_t)8589934591 << 30},
+        {"CMALLOC_CONF=prof_rate:8796093022207M", (size_t)8796093022207 << 20},
+        {"CMALLOC_CONF=prof_rate:9007199254740991K", (size_t)9007199254740991 << 10},
+        {"CMALLOC_CONF=prof_rate:9000000000000000000", (size_t)9000000000000000000u},
+    };
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        char *env[] = {(char *)limits[i].item, NULL};
+        assert_int_equal(read_options(env), 0);
+        assert_int_equal(cm_option.prof_rate, limits[i].value);
+    }
+    static const char *const over[] = {"prof_rate:8589934592G", "prof_rate:8796093022208M",
+                                       "prof_rate:9007199254740992K",
+                                       "prof_rate:9223372036854775808",
+                                       "prof_rate:18446744073709551617", "prof_rate:1KB",
+                                       "prof_rate:1 K", "prof_rate:K"};
+    expect_refused("prof_rate:4k", over, sizeof over / sizeof over[0], "4096");
+    assert_int_equal(cm_option.prof_rate, 4096);
+}
+
+/* A minus sign is taken by signed options only, once, before the digits, and with a suffix;
+ * the magnitude has the same limit as a positive number. */
+static void negatives_only_where_signed(void **state)
+{
+    (void)state;
+    char *scaled[] = {"CMALLOC_CONF=release_delay_ms:-2k", NULL};
+    assert_int_equal(read_options(scaled), 0);
+    assert_int_equal(cm_option.release_delay_ms, -2048);
+    char *low[] = {"CMALLOC_CONF=release_delay_ms:-9000000000000000000", NULL};
+    assert_int_equal(read_options(low), 0);
+    assert_int_equal(cm_option.release_delay_ms, -9000000000000000000);
+    static const char *const bad[] = {"release_delay_ms:--1", "release_delay_ms:-",
+                                      "release_delay_ms:-k", "release_delay_ms:1-",
+                                      "release_delay_ms:-9223372036854775808"};
+    expect_refused("release_delay_ms:-5", bad, sizeof bad / sizeof bad[0], "-5");
+    assert_int_equal(cm_option.release_delay_ms, -5);
+    /* Unsigned: refused as a variable too, and the value in force stays. */
+    char *variable[] = {"CMALLOC_CONF=prof_rate:1k", "CMALLOC_PROF_RATE=-1", NULL};
+    assert_int_equal(read_options(variable), 1);
+    assert_string_equal(captured, "cmalloc: environment: bad value in 'CMALLOC_PROF_RATE=-1' (want "
+                                  "a number with an optional K, M or G suffix); keeping 1024\n");
+    assert_int_equal(cm_option.prof_rate, 1024);
+}
+
+/* A name is known only as a whole word: a prefix, an extension or a repeated CMALLOC_ prefix of
+ * a known one is unknown (and warned about), and changes nothing. */
+static void names_near_known_ones_are_unknown(void **state)
+{
+    (void)state;
+    char *conf[] = {"CMALLOC_CONF=mmap_threshol:1,mmap_thresholds:1,cmalloc_mmap_threshold:1,"
+                    ":5",
+                    NULL};
+    assert_int_equal(read_options(conf), 4);
+    assert_string_equal(captured,
+                        "cmalloc: CMALLOC_CONF: unknown option 'mmap_threshol'; ignored\n"
+                        "cmalloc: CMALLOC_CONF: unknown option 'mmap_thresholds'; ignored\n"
+                        "cmalloc: CMALLOC_CONF: unknown option 'cmalloc_mmap_threshold'; ignored\n"
+                        "cmalloc: CMALLOC_CONF: unknown option ''; ignored\n");
+    assert_int_equal(cm_option.mmap_threshold, 1 << 20);
+    char *variables[] = {"CMALLOC_MMAP_THRESHOL=1", "CMALLOC_MMAP_THRESHOLDS=1",
+                         "CMALLOC_CMALLOC_MMAP_THRESHOLD=1", NULL};
+    assert_int_equal(read_options(variables), 3);
+    assert_non_null(strstr(captured, "unknown option 'CMALLOC_MMAP_THRESHOL'; ignored\n"));
+    assert_non_null(strstr(captured, "unknown option 'CMALLOC_MMAP_THRESHOLDS'; ignored\n"));
+    assert_non_null(strstr(captured, "unknown option 'CMALLOC_CMALLOC_MMAP_THRESHOLD'; ignored\n"));
+    assert_int_equal(cm_option.mmap_threshold, 1 << 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +326,9 @@ int main(void)
         cmocka_unit_test_teardown(unknown_variable_warns, restore_defaults),
         cmocka_unit_test_teardown(verbose_prints_every_option_in_force, restore_defaults),
         cmocka_unit_test_teardown(option_at_reports_values_and_keywords, restore_defaults),
+        cmocka_unit_test_teardown(suffixes_scale_up_to_the_exact_limit, restore_defaults),
+        cmocka_unit_test_teardown(negatives_only_where_signed, restore_defaults),
+        cmocka_unit_test_teardown(names_near_known_ones_are_unknown, restore_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

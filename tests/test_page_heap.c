@@ -1,6 +1,19 @@
-/* test_page_heap.c - the page heap: spans split and coalesce (freed neighbours merge so the
- * memory is reusable as one span), alignment, release to the OS, and the invariants of
- * cm_page_heap_valid after every step of a seeded random sequence. */
+/* test_page_heap.c - the page heap, called directly (internal.h).
+ *
+ *   split_and_coalesce             parts of one run freed in an odd order come back as one span
+ *                                  (the whole run is handed out again, no new mapping)
+ *   random_sequence_keeps_invariants  seeded allocations (1..600 pages, aligned 1..16) and frees;
+ *                                  cm_page_heap_valid every 100 steps (TEST_SEED to repeat)
+ *   small_spans_map_every_page     a SMALL span maps every page to itself
+ *   release_returns_free_pages     release hands every free page back; they read back as zero
+ *   resize_shrink_gives_back_the_tail  64 -> 40 pages in place: the 24 become free pages of a
+ *                                  free span right after it, the kept contents stay
+ *   resize_grows_into_a_free_right_neighbour  16 -> 50 pages in place, taking 34 from the free
+ *                                  span on its right (the rest stays free there), then all of it
+ *   resize_fails_when_the_neighbour_is_taken_or_too_small  false, and nothing changes, with a
+ *                                  LARGE span on the right, and with a 16-page free one asked
+ *                                  for 17; asked for exactly 16, it takes them
+ * Each resize step is checked by both heap walkers, cm_page_heap_valid and cm_heap_check. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +23,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "helpers.h"
 
 static unsigned seed;
 
@@ -115,17 +129,175 @@ static void release_returns_free_pages(void **state)
     assert_true(cm_page_heap_valid());
 }
 
+/* ---- resize in place (realloc of a page-heap block) ------------------------------------------ */
+
+static size_t free_bytes_now(void)
+{
+    size_t free_bytes, released, large, count;
+    cm_page_heap_counters(&free_bytes, &released, &large, &count);
+    return free_bytes;
+}
+
+static void *page_address(const cm_span *span, size_t page)
+{
+    return (char *)cm_span_start(span) + page * CM_PAGE_SIZE;
+}
+
+/* The free span just past span's last page, or NULL (taken, or not heap memory). */
+static cm_span *free_right_neighbour(const cm_span *span)
+{
+    cm_span *right = cm_span_of(page_address(span, span->pages));
+    return right != NULL && right->state == CM_SPAN_FREE ? right : NULL;
+}
+
+static void fill_pages(cm_span *span, size_t pages, unsigned char tag)
+{
+    for (size_t i = 0; i < pages; i++)
+        memset(page_address(span, i), tag, 64);
+}
+
+static void expect_pages(cm_span *span, size_t pages, unsigned char tag)
+{
+    for (size_t i = 0; i < pages; i++)
+        for (size_t k = 0; k < 64; k++)
+            assert_int_equal(((unsigned char *)page_address(span, i))[k], tag);
+}
+
+/* Both walkers after each step: the page heap's lists and pagemap, then every layer. */
+static void expect_heap_valid(void)
+{
+    assert_true(cm_page_heap_valid());
+    assert_true(cm_heap_check());
+}
+
+static void resize_shrink_gives_back_the_tail(void **state)
+{
+    (void)state;
+    cm_span *span = cm_page_heap_alloc(64, 1, 0);
+    assert_non_null(span);
+    uintptr_t first = span->page;
+    fill_pages(span, 64, 0x5a);
+    size_t free_before = free_bytes_now();
+    assert_true(cm_page_heap_resize(span, 40));
+    assert_int_equal(span->page, first);
+    assert_int_equal(span->pages, 40);
+    assert_int_equal(span->state, CM_SPAN_LARGE);
+    assert_int_equal(free_bytes_now(), free_before + 24 * CM_PAGE_SIZE);
+    /* The new last page maps to the span; the first page given back starts a free span. */
+    assert_ptr_equal(cm_span_of(page_address(span, 39)), span);
+    cm_span *tail = free_right_neighbour(span);
+    assert_non_null(tail);
+    assert_int_equal(tail->page, first + 40);
+    assert_true(tail->pages >= 24);
+    expect_pages(span, 40, 0x5a);
+    expect_heap_valid();
+    /* The same size is a no-op that succeeds. */
+    assert_true(cm_page_heap_resize(span, 40));
+    assert_int_equal(span->pages, 40);
+    assert_int_equal(free_bytes_now(), free_before + 24 * CM_PAGE_SIZE);
+    cm_page_heap_free(span);
+    expect_heap_valid();
+}
+
+static void resize_grows_into_a_free_right_neighbour(void **state)
+{
+    (void)state;
+    cm_span *span = cm_page_heap_alloc(64, 1, 0);
+    assert_non_null(span);
+    uintptr_t first = span->page;
+    assert_true(cm_page_heap_resize(span, 16)); /* 48 free pages on its right, at least */
+    fill_pages(span, 16, 0xa5);
+    size_t free_before = free_bytes_now();
+    assert_true(cm_page_heap_resize(span, 50));
+    assert_int_equal(span->page, first);
+    assert_int_equal(span->pages, 50);
+    assert_int_equal(free_bytes_now(), free_before - 34 * CM_PAGE_SIZE);
+    assert_ptr_equal(cm_span_of(page_address(span, 49)), span);
+    /* A LARGE span maps only its end pages: its old last page and the neighbour's old first
+     * page are inner pages now, and map to nothing. */
+    assert_ptr_equal(cm_span_of(page_address(span, 0)), span);
+    assert_null(cm_pagemap_lookup(page_address(span, 15)));
+    assert_null(cm_pagemap_lookup(page_address(span, 16)));
+    cm_span *rest = free_right_neighbour(span);
+    assert_non_null(rest); /* what was not taken stays free, where it was */
+    assert_int_equal(rest->page, first + 50);
+    expect_pages(span, 16, 0xa5);
+    memset(page_address(span, 16), 1, 34 * CM_PAGE_SIZE); /* the new pages are writable */
+    expect_heap_valid();
+    /* Taking the whole neighbour leaves no free span on the right. */
+    assert_true(cm_page_heap_resize(span, 50 + rest->pages));
+    assert_null(free_right_neighbour(span));
+    expect_heap_valid();
+    cm_page_heap_free(span);
+    expect_heap_valid();
+}
+
+/* Makes *left with a 16-page LARGE span *right just past its end: left first swallows its free
+ * right neighbour (so nothing free lies past it), then gives back its last 16 pages, which
+ * head the exact list for 16 pages and so are what the next 16-page allocation takes. */
+static void make_neighbours(cm_span **left, cm_span **right)
+{
+    cm_span *span = cm_page_heap_alloc(64, 1, 0);
+    assert_non_null(span);
+    cm_span *free_right = free_right_neighbour(span);
+    if (free_right != NULL)
+        assert_true(cm_page_heap_resize(span, span->pages + free_right->pages));
+    assert_null(free_right_neighbour(span));
+    assert_true(cm_page_heap_resize(span, span->pages - 16));
+    cm_span *next = cm_page_heap_alloc(16, 1, 0);
+    assert_non_null(next);
+    assert_int_equal(next->page, span->page + span->pages);
+    *left = span;
+    *right = next;
+}
+
+static void resize_fails_when_the_neighbour_is_taken_or_too_small(void **state)
+{
+    (void)state;
+    cm_span *left, *right;
+    make_neighbours(&left, &right);
+    uintptr_t first = left->page;
+    size_t pages = left->pages;
+    size_t free_before = free_bytes_now();
+    assert_false(cm_page_heap_resize(left, pages + 1)); /* taken: unchanged */
+    assert_int_equal(left->page, first);
+    assert_int_equal(left->pages, pages);
+    assert_int_equal(right->page, first + pages);
+    assert_int_equal(right->pages, 16);
+    assert_int_equal(right->state, CM_SPAN_LARGE);
+    assert_int_equal(free_bytes_now(), free_before);
+    expect_heap_valid();
+    cm_page_heap_free(right); /* now a free neighbour of exactly 16 pages */
+    cm_span *gap = free_right_neighbour(left);
+    assert_non_null(gap);
+    assert_int_equal(gap->pages, 16);
+    free_before = free_bytes_now();
+    assert_false(cm_page_heap_resize(left, pages + 17)); /* too small: unchanged */
+    assert_int_equal(left->pages, pages);
+    assert_ptr_equal(free_right_neighbour(left), gap);
+    assert_int_equal(gap->pages, 16);
+    assert_int_equal(free_bytes_now(), free_before);
+    expect_heap_valid();
+    assert_true(cm_page_heap_resize(left, pages + 16)); /* exactly its size: taken whole */
+    assert_int_equal(left->pages, pages + 16);
+    assert_int_equal(free_bytes_now(), free_before - 16 * CM_PAGE_SIZE);
+    expect_heap_valid();
+    cm_page_heap_free(left);
+    expect_heap_valid();
+}
+
 int main(void)
 {
     cm_init();
-    const char *fixed = getenv("TEST_SEED");
-    seed = fixed ? (unsigned)strtoul(fixed, NULL, 10) : (unsigned)cm_os_now_ms();
-    printf("test_page_heap: seed %u (set TEST_SEED to repeat)\n", seed);
+    seed = seed_from_env("test_page_heap");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_and_coalesce),
         cmocka_unit_test(random_sequence_keeps_invariants),
         cmocka_unit_test(small_spans_map_every_page),
         cmocka_unit_test(release_returns_free_pages),
+        cmocka_unit_test(resize_shrink_gives_back_the_tail),
+        cmocka_unit_test(resize_grows_into_a_free_right_neighbour),
+        cmocka_unit_test(resize_fails_when_the_neighbour_is_taken_or_too_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

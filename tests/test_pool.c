@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #include "cmalloc.h"
-#include "explicit_test.h"
+#include "helpers.h"
 #include "pool_churn.h"
 
 bool cm_pool_valid(const cmalloc_pool *pool); /* src/internal.h: hidden, linkable from the .a */
@@ -168,11 +168,7 @@ static uint64_t next_random(uint64_t *s)
 static void random_against_model(void **state)
 {
     (void)state;
-    const char *fixed = getenv("TEST_SEED");
-    uint64_t seed = fixed ? strtoull(fixed, NULL, 0) : (uint64_t)time(NULL);
-    printf("test_pool: random_against_model seed %llu (set TEST_SEED to repeat)\n",
-           (unsigned long long)seed);
-    uint64_t s = seed | 1;
+    uint64_t s = seed_from_env("test_pool: random_against_model") | 1;
     enum { SLOTS = 4096, STEPS = 400000, SIZE = 48 };
     static unsigned char *slots[SLOTS];
     memset(slots, 0, sizeof slots);
@@ -354,7 +350,7 @@ static void misuse_body(void *arg)
         cmalloc_pool_free(m->pool, m->object);
 }
 
-static void expect_report(misuse m, const char *format)
+static void expect_misuse_report(misuse m, const char *format)
 {
     char expected[256];
     snprintf(expected, sizeof expected, format, m.object, (void *)m.pool);
@@ -371,7 +367,7 @@ static void death_double_free(void **state)
         cmalloc_pool *pool = cmalloc_pool_create(32, 100, flags);
         void *object = cmalloc_pool_alloc(pool);
         cmalloc_pool_alloc(pool);
-        expect_report((misuse){.pool = pool, .object = object, .twice = true}, double_free);
+        expect_misuse_report((misuse){.pool = pool, .object = object, .twice = true}, double_free);
         cmalloc_pool_destroy(pool);
     }
 }
@@ -384,11 +380,12 @@ static void death_foreign_pointers(void **state)
     char *object = cmalloc_pool_alloc(pool);
     int local;
     void *heap = malloc(32);
-    expect_report((misuse){.pool = pool, .object = heap}, not_ours);
-    expect_report((misuse){.pool = pool, .object = &local}, not_ours);
-    expect_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(other)}, not_ours);
-    expect_report((misuse){.pool = pool, .object = object + 16}, not_ours);
-    expect_report((misuse){.pool = pool, .object = object - 64}, not_ours); /* the chunk header */
+    expect_misuse_report((misuse){.pool = pool, .object = heap}, not_ours);
+    expect_misuse_report((misuse){.pool = pool, .object = &local}, not_ours);
+    expect_misuse_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(other)}, not_ours);
+    expect_misuse_report((misuse){.pool = pool, .object = object + 16}, not_ours);
+    /* the chunk header */
+    expect_misuse_report((misuse){.pool = pool, .object = object - 64}, not_ours);
     free(heap);
     cmalloc_pool_destroy(other);
     cmalloc_pool_destroy(pool);
@@ -398,8 +395,9 @@ static void death_free_of_a_pool_object(void **state)
 {
     (void)state;
     cmalloc_pool *pool = cmalloc_pool_create(32, 100, CMALLOC_POOL_FIXED);
-    expect_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(pool), .with_free = true},
-                  "cmalloc: free(): invalid pointer %p; aborting\n");
+    expect_misuse_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(pool),
+                                  .with_free = true},
+                         "cmalloc: free(): invalid pointer %p; aborting\n");
     cmalloc_pool_destroy(pool);
 }
 
@@ -424,30 +422,14 @@ static int keep_going_child(void)
 static void keep_going(void **state)
 {
     (void)state;
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        char *argv[] = {"test_pool", "--keep-going", NULL};
-        char *envp[] = {"CMALLOC_ABORT_ON_ERROR=0", NULL};
-        execve("/proc/self/exe", argv, envp);
-        _exit(127);
-    }
-    close(fds[1]);
-    char output[4096];
-    ssize_t n, length = 0;
-    while ((n = read(fds[0], output + length, sizeof output - 1 - (size_t)length)) > 0)
-        length += n;
-    output[length] = '\0';
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    assert_non_null(strstr(output, "double free"));
-    assert_non_null(strstr(output, "is not an object of pool"));
-    assert_non_null(strstr(output, "; leaking it and going on\n"));
+    static child_result result;
+    child_spec spec = {.self_args = (char *[]){"test_pool", "--keep-going", NULL},
+                       .env = {"CMALLOC_ABORT_ON_ERROR=0"}};
+    run_child(&spec, &result);
+    assert_true(WIFEXITED(result.status) && WEXITSTATUS(result.status) == 0);
+    assert_non_null(strstr(result.output, "double free"));
+    assert_non_null(strstr(result.output, "is not an object of pool"));
+    assert_non_null(strstr(result.output, "; leaking it and going on\n"));
 }
 
 static atomic_int fork_test_stop;

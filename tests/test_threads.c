@@ -53,22 +53,9 @@
 #include <cmocka.h>
 
 #include "cmalloc.h"
-
-#define KiB ((size_t)1024)
-#define MiB (KiB * 1024)
+#include "helpers.h"
 
 static unsigned test_seed;
-
-static void *opaque(void *p)
-{
-    __asm__ volatile("" : "+r"(p));
-    return p;
-}
-
-static void clobber(void *p)
-{
-    __asm__ volatile("" : : "r"(p) : "memory");
-}
 
 /* xorshift64*: a small, seedable generator, one per thread. */
 static uint64_t rng_next(uint64_t *s)
@@ -144,24 +131,6 @@ static int tag_check(const void *p, size_t n, uint64_t tag)
         if (b[i] != v)
             return 0;
     return 1;
-}
-
-static cmalloc_stats stats_now(void)
-{
-    cmalloc_stats s;
-    memset(&s, 0, sizeof s);
-    assert_int_equal(cmalloc_stats_get(&s), 0);
-    return s;
-}
-
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, resident = 0;
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
-    fclose(f);
-    return resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
 /* Errors found in worker threads: cmocka's asserts only work on the test's own thread. */
@@ -475,7 +444,7 @@ static void test_cross_thread_free(void **state)
     atomic_store(&worker_errors, 0);
     cmalloc_stats start = stats_now();
     size_t mapped_after_first = 0;
-    size_t rss_start = rss_bytes();
+    size_t rss_start = resident_bytes();
     for (unsigned round = 0; round < ROUNDS; round++) {
         pthread_t p[PRODUCERS], c[CONSUMERS];
         struct pc_arg pa[PRODUCERS], ca[CONSUMERS];
@@ -507,7 +476,7 @@ static void test_cross_thread_free(void **state)
     /* Everything is freed and the threads are gone: malloc_trim(0) gives it back to the OS. */
     malloc_trim(0);
     cmalloc_stats trimmed = stats_now();
-    size_t rss_trimmed = rss_bytes();
+    size_t rss_trimmed = resident_bytes();
     print_message("  after malloc_trim(0): rss %zu (%zu at the start), bytes_mapped %zu, "
                   "released %zu\n",
                   rss_trimmed, rss_start, trimmed.bytes_mapped, trimmed.bytes_released);
@@ -591,10 +560,10 @@ static void test_short_lived_threads(void **state)
     cmalloc_stats start = stats_now();
     run_short_threads(0, SHORT_WARMUP);
     cmalloc_stats warm = stats_now();
-    size_t rss_warm = rss_bytes();
+    size_t rss_warm = resident_bytes();
     run_short_threads(SHORT_WARMUP, SHORT_THREADS);
     cmalloc_stats end = stats_now();
-    size_t rss_end = rss_bytes();
+    size_t rss_end = resident_bytes();
     print_message("  after %d threads: bytes_mapped %zu, rss %zu; after %d: bytes_mapped %zu, "
                   "rss %zu, live thread caches %zu\n",
                   SHORT_WARMUP, warm.bytes_mapped, rss_warm, SHORT_THREADS, end.bytes_mapped,
@@ -1025,11 +994,7 @@ static void test_fork_with_allocating_atfork_handlers(void **state)
 
 int main(void)
 {
-    const char *s = getenv("TEST_SEED");
-    test_seed = s != NULL ? (unsigned)strtoul(s, NULL, 0)
-                          : (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
-    printf("test_threads: seed %u (set TEST_SEED=%u to repeat)\n", test_seed, test_seed);
-    fflush(stdout);
+    test_seed = seed_from_env("test_threads");
     const char *filter = getenv("TEST_FILTER"); /* e.g. "*fork*" */
     if (filter != NULL)
         cmocka_set_test_filter(filter);

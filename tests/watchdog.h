@@ -4,7 +4,8 @@
  * them while it allocates the new thread's TLS), so alarm() alone may never fire. A thread that
  * only sleeps ends the process instead: it reports, SIGKILLs the child being waited for (if
  * any, in watchdog_child) and _exits with status 124. TEST_WATCHDOG_SECONDS overrides the
- * budget given to start_watchdog. */
+ * budget given to start_watchdog. Included by helpers.h, so every test that waits for a child
+ * can name it here. */
 #ifndef TESTS_WATCHDOG_H
 #define TESTS_WATCHDOG_H
 
@@ -35,7 +36,7 @@ static void *watchdog(void *arg)
     _exit(124);
 }
 
-static void start_watchdog(const char *name, unsigned seconds)
+static inline void start_watchdog(const char *name, unsigned seconds)
 {
     pthread_t thread;
     const char *override = getenv("TEST_WATCHDOG_SECONDS");
