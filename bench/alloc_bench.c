@@ -76,9 +76,9 @@ typedef struct {
     int role; /* crossthread: 0 producer, 1 consumer */
     spsc_queue *queue;
     uint32_t *sizes;
-    unsigned size_pos; /* next index into sizes (window mode: after the fill) */
-    void **ring;       /* window mode: the live objects, oldest at the cursor */
-    uint64_t ops;     /* ops completed in the measured phase */
+    unsigned size_pos;  /* next index into sizes (window mode: after the fill) */
+    void **ring;        /* window mode: the live objects, oldest at the cursor */
+    uint64_t ops;       /* ops completed in the measured phase */
     bench_hist hmalloc; /* sampled malloc latencies, cycles */
     bench_hist hfree;   /* sampled free latencies, cycles */
 } worker;
@@ -146,7 +146,8 @@ static void run_immediate(worker *w)
 }
 
 /* Window mode's ring of live objects, filled before the start barrier (setup, not timed: with
- * many threads and big windows the first touch of fresh pages takes longer than a short warm-up). */
+ * many threads and big windows the first touch of fresh pages takes longer than a short warm-up).
+ */
 static void fill_window(worker *w)
 {
     w->ring = bench_map(opt.window * sizeof(void *));
@@ -438,8 +439,8 @@ int main(int argc, char **argv)
     bench_hist_merge(&hall, &hm);
     bench_hist_merge(&hall, &hf);
 
-    bench_result r = {label, opt.threads, params, (double)ops / wall, wall, 1,
-                      bench_hist_summary(&hall, cpn)};
+    bench_result r = {
+        label, opt.threads, params, (double)ops / wall, wall, 1, bench_hist_summary(&hall, cpn)};
     printf("alloc_bench: %s threads=%d%s seconds=%.2f warmup=%.2f sample-rate=1/%u\n", params,
            opt.threads, opt.mode == MODE_CROSSTHREAD ? " (producers, and as many consumers)" : "",
            opt.seconds, opt.warmup_s, opt.sample_rate);

@@ -116,7 +116,8 @@ static inline double bench_cycles_per_ns(bench_stamp a, bench_stamp b)
     return (double)(b.cycles - a.cycles) / (double)(b.ns - a.ns);
 }
 
-/* ---- memory that is not the allocator's -------------------------------------------------------- */
+/* ---- memory that is not the allocator's --------------------------------------------------------
+ */
 
 static inline void *bench_map(size_t bytes)
 {
@@ -139,8 +140,8 @@ static inline void bench_unmap(void *p, size_t bytes)
  *   index = (e - 4) * 32 + sub          covering [2^e + sub*2^(e-5), 2^e + (sub+1)*2^(e-5))
  * 64-bit values need (63 - 4) * 32 + 32 = 1920 buckets. */
 #define BENCH_HIST_SUB_BITS 5
-#define BENCH_HIST_SUB (1u << BENCH_HIST_SUB_BITS)
-#define BENCH_HIST_BUCKETS ((64 - BENCH_HIST_SUB_BITS + 1) * BENCH_HIST_SUB)
+#define BENCH_HIST_SUB      (1u << BENCH_HIST_SUB_BITS)
+#define BENCH_HIST_BUCKETS  ((64 - BENCH_HIST_SUB_BITS + 1) * BENCH_HIST_SUB)
 
 typedef struct {
     uint64_t count[BENCH_HIST_BUCKETS]; /* samples per bucket */
@@ -221,7 +222,8 @@ static inline bench_lat bench_hist_summary(const bench_hist *h, double cycles_pe
     return l;
 }
 
-/* ---- random numbers and sizes ----------------------------------------------------------------- */
+/* ---- random numbers and sizes -----------------------------------------------------------------
+ */
 
 static inline uint64_t bench_rand(uint64_t *state)
 {
@@ -325,7 +327,8 @@ static inline long bench_peak_rss_kib(void)
     return ru.ru_maxrss; /* Linux reports KiB */
 }
 
-/* ---- options ---------------------------------------------------------------------------------- */
+/* ---- options ----------------------------------------------------------------------------------
+ */
 
 /* Matches "--name=value" or "--name value"; advances *i past a separate value. */
 static inline const char *bench_opt(int argc, char **argv, int *i, const char *name)
@@ -368,7 +371,8 @@ bad:
     exit(2);
 }
 
-/* ---- the RESULT line ---------------------------------------------------------------------------- */
+/* ---- the RESULT line ----------------------------------------------------------------------------
+ */
 
 typedef struct {
     const char *workload;
@@ -531,11 +535,12 @@ static inline void bench_sampled_free(void *p, bench_sampler *s)
     }
 }
 
-/* ---- slots: live blocks a workload replaces at random --------------------------------------------
- * Each slot holds a block (or NULL) and the size it was asked for; blocks are written with
- * bench_touch when allocated and checked when freed, so a block handed out twice or written after
- * its free stops the program (exit 3) instead of skewing a figure. The arrays come from mmap and
- * belong to no thread: they can be handed from thread to thread. */
+/* ---- slots: live blocks a workload replaces at random
+ * -------------------------------------------- Each slot holds a block (or NULL) and the size it
+ * was asked for; blocks are written with bench_touch when allocated and checked when freed, so a
+ * block handed out twice or written after its free stops the program (exit 3) instead of skewing a
+ * figure. The arrays come from mmap and belong to no thread: they can be handed from thread to
+ * thread. */
 typedef struct {
     void **block;   /* the live block, or NULL */
     uint32_t *size; /* the size block[j] was allocated with */
@@ -570,7 +575,8 @@ static inline void bench_slot_free(bench_slots *s, uint32_t j, bench_sampler *sm
     s->block[j] = NULL;
 }
 
-/* ---- the options every newer program takes ----------------------------------------------------- */
+/* ---- the options every newer program takes -----------------------------------------------------
+ */
 
 typedef struct {
     int threads;          /* --threads: worker threads (or lanes, or producer/consumer pairs) */
@@ -633,8 +639,10 @@ static inline void bench_parse_args(int argc, char **argv, bench_common *c,
     if (c->threads >= 1 && c->threads <= 1024 && c->seconds > 0 && c->sample_rate >= 1)
         return;
 bad:
-    fprintf(stderr, "%s  [--threads N] [--warmup S] [--seconds S] [--sample-rate N] [--seed N]"
-                    " [--label NAME]\n", usage);
+    fprintf(stderr,
+            "%s  [--threads N] [--warmup S] [--seconds S] [--sample-rate N] [--seed N]"
+            " [--label NAME]\n",
+            usage);
     exit(2);
 }
 
@@ -692,10 +700,9 @@ struct bench_lane {
     uint64_t tsc_overhead;         /* cycles of an empty timing pair */
 };
 
-static inline bench_lane *bench_lanes_map(int n,
-                                          void (*leg)(bench_lane *, bench_slots *, uint64_t,
-                                                      bench_sampler),
-                                          uint32_t slots)
+static inline bench_lane *
+bench_lanes_map(int n, void (*leg)(bench_lane *, bench_slots *, uint64_t, bench_sampler),
+                uint32_t slots)
 {
     bench_lane *lanes = bench_map((size_t)n * sizeof(bench_lane));
     for (int i = 0; i < n; i++) {
@@ -777,10 +784,13 @@ static inline void bench_lanes_report(bench_lane *lanes, const bench_common *c, 
         counters[i] = &lanes[i].count;
     }
     double wall = bench_period_s(t);
-    bench_result r = {.workload = c->label, .threads = c->threads, .params = params,
-                      .ops_per_sec = (double)ops / wall, .wall_s = wall};
-    printf("%s: %s threads=%d (lanes) seconds=%.2f warmup=%.2f sample-rate=1/%u\n", program,
-           params, c->threads, c->seconds, c->warmup_s, c->sample_rate);
+    bench_result r = {.workload = c->label,
+                      .threads = c->threads,
+                      .params = params,
+                      .ops_per_sec = (double)ops / wall,
+                      .wall_s = wall};
+    printf("%s: %s threads=%d (lanes) seconds=%.2f warmup=%.2f sample-rate=1/%u\n", program, params,
+           c->threads, c->seconds, c->warmup_s, c->sample_rate);
     printf("  throughput     %.0f %s/s (%.0f threads/s)\n", r.ops_per_sec, unit,
            (double)generations / wall);
     bench_report(&r, counters, c->threads, bench_cycles_per_ns(t.begin, t.end));

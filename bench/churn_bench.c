@@ -175,7 +175,12 @@ int main(int argc, char **argv)
 
     double cpn = bench_cycles_per_ns(t1, t2);
     double wall = (double)(t2.ns - t1.ns) / 1e9;
-    bench_result r = {opt.label, opt.threads, params, (double)done / wall, wall, 1,
+    bench_result r = {opt.label,
+                      opt.threads,
+                      params,
+                      (double)done / wall,
+                      wall,
+                      1,
                       bench_hist_summary(&hlife, cpn)};
     printf("churn_bench: %s threads=%d (alive at once) seconds=%.2f warmup=%.2f\n", params,
            opt.threads, opt.seconds, opt.warmup_s);

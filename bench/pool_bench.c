@@ -70,8 +70,10 @@ static void *need(const char *name)
 {
     void *f = dlsym(RTLD_DEFAULT, name);
     if (f == NULL) {
-        fprintf(stderr, "pool_bench: --alloc pool/arena needs cmalloc's API (%s not found): "
-                        "run with LD_PRELOAD=build/libcmalloc.so\n", name);
+        fprintf(stderr,
+                "pool_bench: --alloc pool/arena needs cmalloc's API (%s not found): "
+                "run with LD_PRELOAD=build/libcmalloc.so\n",
+                name);
         exit(2);
     }
     return f;
@@ -114,7 +116,8 @@ static inline size_t nth(const uint32_t *order, size_t i)
 }
 
 /* One timed round; returns its ns. objects: the pointer array; order: the free order. */
-static uint64_t round_ns(void **objects, const uint32_t *order, cmalloc_pool *pool, cmalloc_arena *arena)
+static uint64_t round_ns(void **objects, const uint32_t *order, cmalloc_pool *pool,
+                         cmalloc_arena *arena)
 {
     size_t n = opt.count, size = opt.size;
     uint64_t kept = 0, folded = 0;
@@ -165,8 +168,10 @@ static int compare_u64(const void *a, const void *b)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: pool_bench [--alloc malloc|pool|arena] [--count N] [--size BYTES (8..)]\n"
-                    "                  [--free-order fifo|lifo|random] [--rounds R] [--seed S] [--touch]\n");
+    fprintf(
+        stderr,
+        "usage: pool_bench [--alloc malloc|pool|arena] [--count N] [--size BYTES (8..)]\n"
+        "                  [--free-order fifo|lifo|random] [--rounds R] [--seed S] [--touch]\n");
     exit(2);
 }
 
@@ -175,15 +180,19 @@ static void parse(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v;
         if ((v = bench_opt(argc, argv, &i, "--alloc"))) {
-            opt.kind = !strcmp(v, "malloc") ? KIND_MALLOC : !strcmp(v, "pool") ? KIND_POOL
-                     : !strcmp(v, "arena") ? KIND_ARENA : (usage(), KIND_MALLOC);
+            opt.kind = !strcmp(v, "malloc")  ? KIND_MALLOC
+                       : !strcmp(v, "pool")  ? KIND_POOL
+                       : !strcmp(v, "arena") ? KIND_ARENA
+                                             : (usage(), KIND_MALLOC);
         } else if ((v = bench_opt(argc, argv, &i, "--count"))) {
             opt.count = (size_t)bench_parse_num("--count", v);
         } else if ((v = bench_opt(argc, argv, &i, "--size"))) {
             opt.size = (size_t)bench_parse_num("--size", v);
         } else if ((v = bench_opt(argc, argv, &i, "--free-order"))) {
-            opt.order = !strcmp(v, "fifo") ? ORDER_FIFO : !strcmp(v, "lifo") ? ORDER_LIFO
-                      : !strcmp(v, "random") ? ORDER_RANDOM : (usage(), ORDER_FIFO);
+            opt.order = !strcmp(v, "fifo")     ? ORDER_FIFO
+                        : !strcmp(v, "lifo")   ? ORDER_LIFO
+                        : !strcmp(v, "random") ? ORDER_RANDOM
+                                               : (usage(), ORDER_FIFO);
         } else if ((v = bench_opt(argc, argv, &i, "--rounds"))) {
             opt.rounds = (int)bench_parse_num("--rounds", v);
         } else if (!strcmp(argv[i], "--touch")) {
@@ -194,19 +203,22 @@ static void parse(int argc, char **argv)
             opt.threads = (int)bench_parse_num("--threads", v);
         } else if ((v = bench_opt(argc, argv, &i, "--label"))) {
             opt.label = v;
-        } else if ((v = bench_opt(argc, argv, &i, "--seconds")) || (v = bench_opt(argc, argv, &i, "--warmup"))) {
+        } else if ((v = bench_opt(argc, argv, &i, "--seconds")) ||
+                   (v = bench_opt(argc, argv, &i, "--warmup"))) {
             /* fixed work: accepted for scripts/bench-matrix.sh, ignored */
         } else {
             usage();
         }
     }
-    if (opt.count < 2 || opt.count > UINT32_MAX || opt.size < 8 || opt.rounds < 1 || opt.threads != 1)
+    if (opt.count < 2 || opt.count > UINT32_MAX || opt.size < 8 || opt.rounds < 1 ||
+        opt.threads != 1)
         usage();
 }
 
 int main(int argc, char **argv)
 {
-    static const char *kinds[] = {"malloc", "pool", "arena"}, *orders[] = {"fifo", "lifo", "random"};
+    static const char *kinds[] = {"malloc", "pool", "arena"},
+                      *orders[] = {"fifo", "lifo", "random"};
     parse(argc, argv);
     if (opt.kind != KIND_MALLOC)
         lookup_api();
@@ -227,7 +239,8 @@ int main(int argc, char **argv)
         perror("pool_bench: cmalloc_pool_create");
         return 2;
     }
-    if (opt.kind == KIND_ARENA && (arena = api.arena_create(opt.count * ((opt.size + 15) & ~(size_t)15))) == NULL) {
+    if (opt.kind == KIND_ARENA &&
+        (arena = api.arena_create(opt.count * ((opt.size + 15) & ~(size_t)15))) == NULL) {
         perror("pool_bench: cmalloc_arena_create");
         return 2;
     }
@@ -240,15 +253,19 @@ int main(int argc, char **argv)
         api.arena_destroy(arena);
     qsort(times, (size_t)opt.rounds, sizeof *times, compare_u64);
     double median = (double)times[opt.rounds / 2];
-    printf("pool_bench: %s, %zu objects of %zu bytes, free order %s, %d rounds%s\n", kinds[opt.kind],
-           opt.count, opt.size, orders[opt.order], opt.rounds, opt.touch ? ", objects touched" : "");
+    printf("pool_bench: %s, %zu objects of %zu bytes, free order %s, %d rounds%s\n",
+           kinds[opt.kind], opt.count, opt.size, orders[opt.order], opt.rounds,
+           opt.touch ? ", objects touched" : "");
     printf("  ns/object  min %.2f  median %.2f  max %.2f\n", (double)times[0] / (double)opt.count,
            median / (double)opt.count, (double)times[opt.rounds - 1] / (double)opt.count);
     char params[96];
     snprintf(params, sizeof params, "size=%zu;count=%zu;order=%s%s", opt.size, opt.count,
              orders[opt.order], opt.touch ? ";touch" : "");
-    bench_result result = {.workload = opt.label, .threads = 1, .params = params,
-                           .ops_per_sec = (double)opt.count / (median * 1e-9), .wall_s = median * 1e-9};
+    bench_result result = {.workload = opt.label,
+                           .threads = 1,
+                           .params = params,
+                           .ops_per_sec = (double)opt.count / (median * 1e-9),
+                           .wall_s = median * 1e-9};
     bench_print_result(&result);
     return 0;
 }

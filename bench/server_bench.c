@@ -203,9 +203,8 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if (opt.threads < 1 || opt.threads > 1024 || opt.slots < 1 || opt.temps < 1 ||
-        opt.temps > 64 || opt.max_size < 16 || opt.max_size > (1u << 30) || opt.seconds <= 0 ||
-        opt.sample_rate < 1)
+    if (opt.threads < 1 || opt.threads > 1024 || opt.slots < 1 || opt.temps < 1 || opt.temps > 64 ||
+        opt.max_size < 16 || opt.max_size > (1u << 30) || opt.seconds <= 0 || opt.sample_rate < 1)
         usage();
 
     char params[128];
@@ -245,14 +244,15 @@ int main(int argc, char **argv)
         remote += ws[i].remote_frees;
         bench_hist_merge(&h, &ws[i].hreq);
     }
-    bench_result r = {opt.label, opt.threads, params, (double)ops / wall, wall, 1,
-                      bench_hist_summary(&h, cpn)};
+    bench_result r = {
+        opt.label, opt.threads, params, (double)ops / wall, wall, 1, bench_hist_summary(&h, cpn)};
     printf("server_bench: %s threads=%d seconds=%.2f warmup=%.2f sample-rate=1/%u\n", params,
            opt.threads, opt.seconds, opt.warmup_s, opt.sample_rate);
     printf("  live data      about %.1f MiB in the table\n",
            (double)atomic_load(&live_bytes_filled) / (1024.0 * 1024.0));
     printf("  throughput     %.0f requests/s\n", r.ops_per_sec);
-    printf("  remote frees   %.1f%% of table frees\n", frees ? 100.0 * (double)remote / (double)frees : 0.0);
+    printf("  remote frees   %.1f%% of table frees\n",
+           frees ? 100.0 * (double)remote / (double)frees : 0.0);
     bench_print_lat("request", r.lat);
     printf("  peak RSS       %ld KiB\n", bench_peak_rss_kib());
     bench_print_result(&r);

@@ -177,8 +177,11 @@ int main(int argc, char **argv)
         counters[i] = &ws[i].count;
     }
     double wall = bench_period_s(t);
-    bench_result r = {.workload = opt.label, .threads = opt.threads, .params = params,
-                      .ops_per_sec = (double)frees / wall, .wall_s = wall};
+    bench_result r = {.workload = opt.label,
+                      .threads = opt.threads,
+                      .params = params,
+                      .ops_per_sec = (double)frees / wall,
+                      .wall_s = wall};
     printf("xmalloc_bench: %s threads=%d producers + %d consumers seconds=%.2f warmup=%.2f "
            "sample-rate=1/%u\n",
            params, opt.threads, opt.threads, opt.seconds, opt.warmup_s, opt.sample_rate);

@@ -30,9 +30,11 @@
 
 #include "cmalloc.h"
 
-namespace cmalloc {
+namespace cmalloc
+{
 
-namespace detail {
+namespace detail
+{
 
 [[noreturn]] inline void throw_error(const char *what)
 {
@@ -43,11 +45,11 @@ namespace detail {
 
 // The shared pool of pool_allocator for objects of Size bytes: created on first use, never
 // destroyed (containers with static lifetime may still free into it at exit).
-template <std::size_t Size>
-cmalloc_pool *shared_pool()
+template <std::size_t Size> cmalloc_pool *shared_pool()
 {
     static cmalloc_pool *const pool = [] {
-        cmalloc_pool *p = cmalloc_pool_create(Size, 0, CMALLOC_POOL_GROW | CMALLOC_POOL_THREAD_SAFE);
+        cmalloc_pool *p =
+            cmalloc_pool_create(Size, 0, CMALLOC_POOL_GROW | CMALLOC_POOL_THREAD_SAFE);
         if (p == nullptr)
             throw_error("cmalloc::pool_allocator: cmalloc_pool_create failed");
         return p;
@@ -64,11 +66,11 @@ inline std::size_t pool_alignment(const cmalloc_pool *pool)
 
 } // namespace detail
 
-template <class T>
-class pool {
+template <class T> class pool
+{
     static_assert(alignof(T) <= 64, "cmalloc pools align objects to 64 bytes at most");
 
-public:
+  public:
     struct deleter {
         cmalloc_pool *from = nullptr;
         void operator()(T *object) const noexcept
@@ -87,10 +89,15 @@ public:
     }
     // Frees the memory of every object; their destructors are not run (destroy or drop the
     // handles first).
-    ~pool() { cmalloc_pool_destroy(pool_); }
+    ~pool()
+    {
+        cmalloc_pool_destroy(pool_);
+    }
     pool(const pool &) = delete;
     pool &operator=(const pool &) = delete;
-    pool(pool &&other) noexcept : pool_(std::exchange(other.pool_, nullptr)) {}
+    pool(pool &&other) noexcept : pool_(std::exchange(other.pool_, nullptr))
+    {
+    }
     pool &operator=(pool &&other) noexcept
     {
         if (this != &other) {
@@ -102,8 +109,7 @@ public:
 
     // A new T from args; nullptr when a FIXED pool is full. A throwing constructor gives the
     // memory back before the exception leaves.
-    template <class... Args>
-    T *try_construct(Args &&...args)
+    template <class... Args> T *try_construct(Args &&...args)
     {
         void *memory = cmalloc_pool_alloc(pool_);
         if (memory == nullptr)
@@ -115,8 +121,7 @@ public:
             throw;
         }
     }
-    template <class... Args>
-    T *construct(Args &&...args)
+    template <class... Args> T *construct(Args &&...args)
     {
         T *object = try_construct(std::forward<Args>(args)...);
         if (object == nullptr)
@@ -128,34 +133,42 @@ public:
         if (object != nullptr)
             deleter{pool_}(object);
     }
-    template <class... Args>
-    handle make(Args &&...args)
+    template <class... Args> handle make(Args &&...args)
     {
         return handle(construct(std::forward<Args>(args)...), deleter{pool_});
     }
     // An empty handle when a FIXED pool is full.
-    template <class... Args>
-    handle try_make(Args &&...args)
+    template <class... Args> handle try_make(Args &&...args)
     {
         return handle(try_construct(std::forward<Args>(args)...), deleter{pool_});
     }
 
-    std::size_t capacity() const noexcept { return cmalloc_pool_capacity(pool_); }
-    std::size_t in_use() const noexcept { return cmalloc_pool_in_use(pool_); }
-    cmalloc_pool *get() const noexcept { return pool_; }
+    std::size_t capacity() const noexcept
+    {
+        return cmalloc_pool_capacity(pool_);
+    }
+    std::size_t in_use() const noexcept
+    {
+        return cmalloc_pool_in_use(pool_);
+    }
+    cmalloc_pool *get() const noexcept
+    {
+        return pool_;
+    }
 
-private:
+  private:
     cmalloc_pool *pool_;
 };
 
-class arena {
+class arena
+{
     struct cleanup {
         void (*destroy)(void *object);
         void *object;
         cleanup *next;
     };
 
-public:
+  public:
     // A position to rewind to: the C mark and the destructors to run down to.
     struct mark_type {
         std::size_t position;
@@ -163,19 +176,26 @@ public:
     };
 
     // Rewinds the arena when it leaves scope, running the destructors of what was made since.
-    class scoped_mark {
-    public:
-        explicit scoped_mark(arena &owner) noexcept : arena_(owner), mark_(owner.mark()) {}
-        ~scoped_mark() { arena_.rewind(mark_); }
+    class scoped_mark
+    {
+      public:
+        explicit scoped_mark(arena &owner) noexcept : arena_(owner), mark_(owner.mark())
+        {
+        }
+        ~scoped_mark()
+        {
+            arena_.rewind(mark_);
+        }
         scoped_mark(const scoped_mark &) = delete;
         scoped_mark &operator=(const scoped_mark &) = delete;
 
-    private:
+      private:
         arena &arena_;
         mark_type mark_;
     };
 
-    explicit arena(std::size_t initial_bytes = 64 * 1024) : arena_(cmalloc_arena_create(initial_bytes))
+    explicit arena(std::size_t initial_bytes = 64 * 1024)
+        : arena_(cmalloc_arena_create(initial_bytes))
     {
         if (arena_ == nullptr)
             detail::throw_error("cmalloc::arena: cmalloc_arena_create failed");
@@ -188,7 +208,8 @@ public:
     arena(const arena &) = delete;
     arena &operator=(const arena &) = delete;
     arena(arena &&other) noexcept
-        : arena_(std::exchange(other.arena_, nullptr)), cleanups_(std::exchange(other.cleanups_, nullptr))
+        : arena_(std::exchange(other.arena_, nullptr)),
+          cleanups_(std::exchange(other.cleanups_, nullptr))
     {
     }
     arena &operator=(arena &&other) noexcept
@@ -210,8 +231,7 @@ public:
         return p;
     }
 
-    template <class T, class... Args>
-    T *make(Args &&...args)
+    template <class T, class... Args> T *make(Args &&...args)
     {
         if constexpr (std::is_trivially_destructible_v<T>) {
             return ::new (alloc(sizeof(T), alignof(T))) T(std::forward<Args>(args)...);
@@ -225,7 +245,10 @@ public:
         }
     }
 
-    mark_type mark() const noexcept { return {cmalloc_arena_mark(arena_), cleanups_}; }
+    mark_type mark() const noexcept
+    {
+        return {cmalloc_arena_mark(arena_), cleanups_};
+    }
     void rewind(const mark_type &to) noexcept
     {
         run_cleanups(to.cleanups);
@@ -236,10 +259,16 @@ public:
         run_cleanups(nullptr);
         cmalloc_arena_reset(arena_);
     }
-    std::size_t used() const noexcept { return cmalloc_arena_used(arena_); }
-    cmalloc_arena *get() const noexcept { return arena_; }
+    std::size_t used() const noexcept
+    {
+        return cmalloc_arena_used(arena_);
+    }
+    cmalloc_arena *get() const noexcept
+    {
+        return arena_;
+    }
 
-private:
+  private:
     // Destroys, newest first, what was made after `stop` (a list entry, or nullptr: all).
     void run_cleanups(cleanup *stop) noexcept
     {
@@ -254,12 +283,14 @@ private:
     cleanup *cleanups_ = nullptr;
 };
 
-template <class T>
-class arena_allocator {
-public:
+template <class T> class arena_allocator
+{
+  public:
     using value_type = T;
 
-    explicit arena_allocator(arena &from) noexcept : arena_(&from) {}
+    explicit arena_allocator(arena &from) noexcept : arena_(&from)
+    {
+    }
     template <class U>
     arena_allocator(const arena_allocator<U> &other) noexcept : arena_(other.source())
     {
@@ -271,29 +302,40 @@ public:
             throw std::bad_array_new_length();
         return static_cast<T *>(arena_->alloc(n ? n * sizeof(T) : 1, alignof(T)));
     }
-    void deallocate(T *, std::size_t) noexcept {} // the arena's rewind or reset frees
-    arena *source() const noexcept { return arena_; }
+    void deallocate(T *, std::size_t) noexcept
+    {
+    } // the arena's rewind or reset frees
+    arena *source() const noexcept
+    {
+        return arena_;
+    }
 
-    template <class U>
-    bool operator==(const arena_allocator<U> &other) const noexcept { return arena_ == other.source(); }
-    template <class U>
-    bool operator!=(const arena_allocator<U> &other) const noexcept { return arena_ != other.source(); }
+    template <class U> bool operator==(const arena_allocator<U> &other) const noexcept
+    {
+        return arena_ == other.source();
+    }
+    template <class U> bool operator!=(const arena_allocator<U> &other) const noexcept
+    {
+        return arena_ != other.source();
+    }
 
-private:
+  private:
     arena *arena_;
 };
 
-template <class T>
-class pool_allocator {
+template <class T> class pool_allocator
+{
     static_assert(alignof(T) <= 64, "cmalloc pools align objects to 64 bytes at most");
 
-public:
+  public:
     using value_type = T;
 
     pool_allocator() noexcept = default;
     // Single objects from `from` when its objects fit a T (size and alignment), else from the
     // shared pool of their size. The pool must outlive every container using it.
-    explicit pool_allocator(cmalloc_pool *from) noexcept : given_(from) {}
+    explicit pool_allocator(cmalloc_pool *from) noexcept : given_(from)
+    {
+    }
     template <class U>
     pool_allocator(const pool_allocator<U> &other) noexcept : given_(other.given())
     {
@@ -318,14 +360,21 @@ public:
         else
             cmalloc_pool_free(pool_for_one(), object);
     }
-    cmalloc_pool *given() const noexcept { return given_; }
+    cmalloc_pool *given() const noexcept
+    {
+        return given_;
+    }
 
-    template <class U>
-    bool operator==(const pool_allocator<U> &other) const noexcept { return given_ == other.given(); }
-    template <class U>
-    bool operator!=(const pool_allocator<U> &other) const noexcept { return given_ != other.given(); }
+    template <class U> bool operator==(const pool_allocator<U> &other) const noexcept
+    {
+        return given_ == other.given();
+    }
+    template <class U> bool operator!=(const pool_allocator<U> &other) const noexcept
+    {
+        return given_ != other.given();
+    }
 
-private:
+  private:
     // The same answer for allocate and deallocate: it depends on the type and given_ only.
     cmalloc_pool *pool_for_one() const
     {

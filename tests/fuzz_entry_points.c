@@ -72,9 +72,9 @@ static const size_t live_limit = 192 * MiB; /* skip allocations beyond this many
 
 typedef struct block {
     unsigned char *p;
-    size_t size;       /* requested */
-    size_t alignment;  /* requested (1 = none) */
-    uint32_t tag;      /* pattern seed */
+    size_t size;      /* requested */
+    size_t alignment; /* requested (1 = none) */
+    uint32_t tag;     /* pattern seed */
 } block;
 
 static block table[SLOTS];
@@ -89,9 +89,18 @@ typedef struct reader {
     size_t size, at;
 } reader;
 
-static uint8_t take8(reader *r) { return r->at < r->size ? r->data[r->at++] : 0; }
-static uint32_t take16(reader *r) { return (uint32_t)take8(r) | (uint32_t)take8(r) << 8; }
-static uint32_t take32(reader *r) { return take16(r) | take16(r) << 16; }
+static uint8_t take8(reader *r)
+{
+    return r->at < r->size ? r->data[r->at++] : 0;
+}
+static uint32_t take16(reader *r)
+{
+    return (uint32_t)take8(r) | (uint32_t)take8(r) << 8;
+}
+static uint32_t take32(reader *r)
+{
+    return take16(r) | take16(r) << 16;
+}
 
 /* A size biased to small: 75% below 1 KiB, 18% up to 256 KiB (the size classes), 4% up to
  * 8 MiB, 1% up to 24 MiB (page-heap spans or mappings, as the mmap threshold stands). Some
@@ -108,8 +117,9 @@ static size_t take_size(reader *r)
         return 256 * KiB + x % (8 * MiB - 256 * KiB + 1);
     if (kind < 251)
         return 8 * MiB + x % (16 * MiB + 1);
-    static const size_t edges[] = {0, 1, 15, 16, 17, 1024, 1025, 256 * KiB, 256 * KiB + 1,
-                                   8 * MiB, 8 * MiB + 1, 8 * KiB, 8 * KiB - 1};
+    static const size_t edges[] = {
+        0,       1,           15,      16,         17, 1024, 1025, 256 * KiB, 256 * KiB + 1,
+        8 * MiB, 8 * MiB + 1, 8 * KiB, 8 * KiB - 1};
     return edges[x % (sizeof edges / sizeof edges[0])];
 }
 
@@ -130,8 +140,9 @@ static size_t take_alignment(reader *r, bool *valid)
 
 static void fail(const char *what, const block *b, size_t detail)
 {
-    fprintf(stderr, "fuzz_entry_points: op %lu: %s (block %p, size %zu, alignment %zu, tag %u, "
-                    "detail %zu)\n",
+    fprintf(stderr,
+            "fuzz_entry_points: op %lu: %s (block %p, size %zu, alignment %zu, tag %u, "
+            "detail %zu)\n",
             op_number, what, b ? (void *)b->p : NULL, b ? b->size : 0, b ? b->alignment : 0,
             b ? b->tag : 0, detail);
     abort();
@@ -143,8 +154,8 @@ static inline unsigned char pattern(uint32_t tag, size_t offset)
 }
 
 /* Calls f(offset, length) over the sampled regions of the first `size` bytes. */
-#define SAMPLE_FULL (2 * KiB)
-#define SAMPLE_EDGE (512)
+#define SAMPLE_FULL   (2 * KiB)
+#define SAMPLE_EDGE   (512)
 #define SAMPLE_STRIDE (64 * KiB)
 
 static void fill_range(const block *b, size_t from, size_t to)
@@ -185,7 +196,8 @@ static void check_block(const block *b, size_t prefix, const char *when)
         ok = check_range(b, 0, prefix, &bad);
     } else {
         ok = check_range(b, 0, prefix < SAMPLE_EDGE ? prefix : SAMPLE_EDGE, &bad);
-        for (size_t o = SAMPLE_STRIDE; ok && o + 8 <= n - SAMPLE_EDGE && o + 8 <= prefix; o += SAMPLE_STRIDE)
+        for (size_t o = SAMPLE_STRIDE; ok && o + 8 <= n - SAMPLE_EDGE && o + 8 <= prefix;
+             o += SAMPLE_STRIDE)
             ok = check_range(b, o, o + 8, &bad);
         if (ok && prefix > n - SAMPLE_EDGE)
             ok = check_range(b, n - SAMPLE_EDGE, prefix, &bad);
@@ -244,7 +256,10 @@ static size_t opaque_size(size_t x)
     return x;
 }
 
-static bool room_for(size_t size) { return live_bytes + size <= live_limit; }
+static bool room_for(size_t size)
+{
+    return live_bytes + size <= live_limit;
+}
 
 static void expect_null(void *p, int expected_errno, int got_errno, const char *what)
 {
@@ -303,7 +318,8 @@ static void run(const uint8_t *data, size_t size)
             adopt(b, p, count * n, 1, true);
             break;
         }
-        case 2: case 3: { /* realloc: the kept prefix must survive */
+        case 2:
+        case 3: { /* realloc: the kept prefix must survive */
             size_t n = take_size(&r);
             if (b->p == NULL || !room_for(n))
                 break;
@@ -340,7 +356,8 @@ static void run(const uint8_t *data, size_t size)
             int e = FZ(posix_memalign)(&p, alignment, n);
             if (!valid || alignment < sizeof(void *)) {
                 if (e != EINVAL || p != (void *)0x1)
-                    fail("posix_memalign with a bad alignment did not fail with EINVAL", NULL, alignment);
+                    fail("posix_memalign with a bad alignment did not fail with EINVAL", NULL,
+                         alignment);
                 break;
             }
             if (e != 0)
@@ -516,7 +533,8 @@ static void run(const uint8_t *data, size_t size)
         }
         }
         if (tracing && b->p)
-            fprintf(stderr, "    slot %d now %p, %zu bytes\n", (int)(b - table), (void *)b->p, b->size);
+            fprintf(stderr, "    slot %d now %p, %zu bytes\n", (int)(b - table), (void *)b->p,
+                    b->size);
         if (op_number % CHECK_EVERY == 0 || tracing)
             heap_check("cm_heap_check() failed during the run");
     }

@@ -105,17 +105,17 @@ static inline unsigned seed_from_env(const char *what)
 /* ---- children ---------------------------------------------------------------------------- */
 
 typedef struct child_spec {
-    void (*body)(void *arg);  /* runs in the forked child, which exits 0 if it returns */
+    void (*body)(void *arg); /* runs in the forked child, which exits 0 if it returns */
     void *arg;
-    char *const *self_args;   /* when body is NULL: re-execute this binary with these */
-    const char *env[3];       /* NAME=value, in front of ours in the re-executed child's */
-    bool with_stdout;         /* capture stdout too, in the same pipe as stderr */
-    unsigned alarm_seconds;   /* a child that hangs dies of SIGALRM; 0: 20 */
+    char *const *self_args; /* when body is NULL: re-execute this binary with these */
+    const char *env[3];     /* NAME=value, in front of ours in the re-executed child's */
+    bool with_stdout;       /* capture stdout too, in the same pipe as stderr */
+    unsigned alarm_seconds; /* a child that hangs dies of SIGALRM; 0: 20 */
 } child_spec;
 
 typedef struct child_result {
-    int status;               /* from waitpid */
-    char output[16384];       /* what the child wrote, cut at the buffer's end */
+    int status;         /* from waitpid */
+    char output[16384]; /* what the child wrote, cut at the buffer's end */
 } child_result;
 
 /* Execs /proc/self/exe with args and an environment of env (NULL-terminated NAME=value) in

@@ -91,7 +91,8 @@ int main(void)
 {
     void *(*churners[])(void *) = {churn, churn, churn, churn};
     void *(*pipeline[])(void *) = {producer, consumer};
-    pool = cmalloc_pool_create(1000, THREADS * BATCH, CMALLOC_POOL_FIXED | CMALLOC_POOL_THREAD_SAFE);
+    pool =
+        cmalloc_pool_create(1000, THREADS * BATCH, CMALLOC_POOL_FIXED | CMALLOC_POOL_THREAD_SAFE);
     run("churn, FIXED", churners, THREADS);
     pool = cmalloc_pool_create(1000, 0, CMALLOC_POOL_GROW | CMALLOC_POOL_THREAD_SAFE);
     run("churn, GROW", churners, THREADS);

@@ -71,7 +71,10 @@ typedef struct header {
     uint64_t tag;
 } header;
 
-static uint64_t tag_of(size_t size) { return size * 0x9E3779B97F4A7C15ULL + 0x5bd1e995; }
+static uint64_t tag_of(size_t size)
+{
+    return size * 0x9E3779B97F4A7C15ULL + 0x5bd1e995;
+}
 
 static void stamp(void *p, size_t size)
 {
@@ -100,12 +103,13 @@ static size_t random_size(uint64_t *rng)
     case 0:
         size = 8 * MiB + (r >> 24) % (2 * MiB); /* its own mmap */
         break;
-    case 1: case 2: case 3: case 4:
+    case 1:
+    case 2:
+    case 3:
+    case 4:
         size = 256 * KiB + (r >> 24) % (2 * MiB); /* a page-heap span */
         break;
-    default:
-        size = 1 + (r >> 24) % ((r >> 8) & 1 ? 2048 : 256);
-        break;
+    default: size = 1 + (r >> 24) % ((r >> 8) & 1 ? 2048 : 256); break;
     }
     return size < sizeof(header) + 1 ? sizeof(header) + 1 : size;
 }
@@ -124,15 +128,9 @@ static void *allocate(uint64_t *rng, size_t size)
         if (cmtsan_posix_memalign(&p, (size_t)16 << ((r >> 8) % 8), size) != 0)
             p = NULL;
         break;
-    case 2:
-        p = cmtsan_aligned_alloc((size_t)32 << ((r >> 8) % 6), size);
-        break;
-    case 3:
-        p = cmtsan_memalign(4096, size);
-        break;
-    default:
-        p = cmtsan_malloc(size);
-        break;
+    case 2: p = cmtsan_aligned_alloc((size_t)32 << ((r >> 8) % 6), size); break;
+    case 3: p = cmtsan_memalign(4096, size); break;
+    default: p = cmtsan_malloc(size); break;
     }
     if (p)
         stamp(p, size);
@@ -147,7 +145,8 @@ static void *worker(void *arg)
             ;
     void *own[OWN] = {0};
     long done = 0;
-    for (; done < OPS_PER_GENERATION && !atomic_load_explicit(&stop, memory_order_relaxed); done++) {
+    for (; done < OPS_PER_GENERATION && !atomic_load_explicit(&stop, memory_order_relaxed);
+         done++) {
         uint64_t r = rng_next(&rng);
         unsigned i = (unsigned)(r >> 16) % OWN;
         if (own[i] == NULL) {
@@ -155,18 +154,30 @@ static void *worker(void *arg)
             continue;
         }
         switch (r % 16) {
-        case 0: case 1: case 2: case 3: case 4: case 5: /* free our own */
+        case 0:
+        case 1:
+        case 2:
+        case 3:
+        case 4:
+        case 5: /* free our own */
             check_and_free(own[i]);
             own[i] = NULL;
             break;
-        case 6: case 7: case 8: case 9: case 10: case 11: { /* hand it over; free what we get */
+        case 6:
+        case 7:
+        case 8:
+        case 9:
+        case 10:
+        case 11: { /* hand it over; free what we get */
             uintptr_t got = atomic_exchange(&slots[(r >> 32) % SLOTS], (uintptr_t)own[i]);
             own[i] = NULL;
             if (got)
                 check_and_free((void *)got);
             break;
         }
-        case 12: case 13: case 14: { /* realloc to a new size; the header must move along */
+        case 12:
+        case 13:
+        case 14: { /* realloc to a new size; the header must move along */
             header *h = own[i];
             size_t old_size = h->size, size = random_size(&rng);
             if (h->tag != tag_of(old_size))
@@ -235,8 +246,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < WORKERS; i++)
             pthread_join(threads[i], NULL);
         seconds = 0; /* one generation is the point */
-    }
-    else /* the allocator starts here, before any other thread exists */
+    } else           /* the allocator starts here, before any other thread exists */
         cmtsan_free(cmtsan_malloc(1));
     if (with_stats)
         pthread_create(&reader, NULL, stats_reader, NULL);
@@ -261,8 +271,7 @@ int main(int argc, char **argv)
     cmalloc_stats_get(&s);
     printf("stress_tsan%s%s: %ld generations of %d threads, %ld operations, %d damaged blocks; "
            "in use at the end %zu bytes\n",
-           with_stats ? " --stats" : "", init_race ? " --init-race" : "",
-           atomic_load(&generations), WORKERS, atomic_load(&operations), atomic_load(&damaged),
-           s.bytes_in_use);
+           with_stats ? " --stats" : "", init_race ? " --init-race" : "", atomic_load(&generations),
+           WORKERS, atomic_load(&operations), atomic_load(&damaged), s.bytes_in_use);
     return atomic_load(&damaged) ? 1 : 0;
 }

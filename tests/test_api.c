@@ -59,14 +59,14 @@ void *__libc_memalign(size_t alignment, size_t size);
 int __posix_memalign(void **memptr, size_t alignment, size_t size);
 
 /* Fails the current test with a formatted message. */
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            print_error("check failed: %s\n  ", #cond);                                      \
-            print_error(__VA_ARGS__);                                                         \
-            print_error("\n");                                                                \
-            fail();                                                                           \
-        }                                                                                     \
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            print_error("check failed: %s\n  ", #cond); \
+            print_error(__VA_ARGS__);                   \
+            print_error("\n");                          \
+            fail();                                     \
+        }                                               \
     } while (0)
 
 static int is_aligned(const void *p, size_t alignment)
@@ -133,8 +133,8 @@ static void check_block(void *p, size_t size, size_t alignment, const char *what
     CHECK(p != NULL, "%s(size %zu, alignment %zu) returned NULL", what, size, alignment);
     if (alignment < 16)
         alignment = 16;
-    CHECK(is_aligned(p, alignment), "%s(size %zu) returned %p, not %zu-byte aligned", what, size,
-          p, alignment);
+    CHECK(is_aligned(p, alignment), "%s(size %zu) returned %p, not %zu-byte aligned", what, size, p,
+          alignment);
     size_t usable = malloc_usable_size(p);
     CHECK(usable >= size, "%s(size %zu): malloc_usable_size %zu < request", what, size, usable);
     memset(p, 0x5a, usable);
@@ -342,7 +342,8 @@ static void calloc_reuse_round(size_t size, int count)
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < count; i++) {
             size_t request = round == 1 && (i & 1) && size > 1 ? size - 1 : size;
-            p[i] = opaque(i & 2 ? calloc(opaque_size(request), 1) : calloc(1, opaque_size(request)));
+            p[i] =
+                opaque(i & 2 ? calloc(opaque_size(request), 1) : calloc(1, opaque_size(request)));
             CHECK(p[i] != NULL, "calloc(%zu) returned NULL", request);
             CHECK(is_aligned(p[i], 16), "calloc(%zu) = %p not 16-byte aligned", request, p[i]);
             CHECK(malloc_usable_size(p[i]) >= request, "calloc(%zu): usable %zu", request,
@@ -365,10 +366,42 @@ static void test_calloc_zeroes(void **state)
 {
     (void)state;
     static const size_t sizes[] = {
-        1, 8, 15, 16, 17, 24, 32, 48, 64, 100, 128, 129, 200, 256, 500, 512, 1000, 1024,
-        2000, 4096, 5000, 8192, 10000, 32 * 1024, 65536, 100000, 200000, 256 * 1024,
-        256 * 1024 + 16, 300000, 1024 * 1024 - 16, 1024 * 1024, 1024 * 1024 + 1,
-        2 * 1024 * 1024, 5 * 1024 * 1024 + 7, 32 * 1024 * 1024,
+        1,
+        8,
+        15,
+        16,
+        17,
+        24,
+        32,
+        48,
+        64,
+        100,
+        128,
+        129,
+        200,
+        256,
+        500,
+        512,
+        1000,
+        1024,
+        2000,
+        4096,
+        5000,
+        8192,
+        10000,
+        32 * 1024,
+        65536,
+        100000,
+        200000,
+        256 * 1024,
+        256 * 1024 + 16,
+        300000,
+        1024 * 1024 - 16,
+        1024 * 1024,
+        1024 * 1024 + 1,
+        2 * 1024 * 1024,
+        5 * 1024 * 1024 + 7,
+        32 * 1024 * 1024,
     };
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         size_t s = sizes[k];
@@ -399,11 +432,11 @@ static void expect_enomem(void *p, const char *call)
     CHECK(e == ENOMEM, "%s set errno %d (%s), expected ENOMEM", call, e, strerror(e));
 }
 
-#define EXPECT_ENOMEM(expr)                                                                   \
-    do {                                                                                      \
-        errno = 0;                                                                            \
-        void *r_ = opaque(expr);                                                              \
-        expect_enomem(r_, #expr);                                                             \
+#define EXPECT_ENOMEM(expr)       \
+    do {                          \
+        errno = 0;                \
+        void *r_ = opaque(expr);  \
+        expect_enomem(r_, #expr); \
     } while (0)
 
 static void test_enomem_huge_and_overflow(void **state)
@@ -508,9 +541,35 @@ static void test_realloc_keeps_content(void **state)
 {
     (void)state;
     static const size_t steps[] = {
-        1, 8, 15, 16, 17, 31, 33, 64, 100, 128, 129, 255, 500, 1024, 1025, 4000, 4096, 8192,
-        10000, 65536, 100000, 256 * 1024, 256 * 1024 + 1, 300000, 1024 * 1024 - 1,
-        1024 * 1024, 1024 * 1024 + 1, 3 * 1024 * 1024, 16 * 1024 * 1024,
+        1,
+        8,
+        15,
+        16,
+        17,
+        31,
+        33,
+        64,
+        100,
+        128,
+        129,
+        255,
+        500,
+        1024,
+        1025,
+        4000,
+        4096,
+        8192,
+        10000,
+        65536,
+        100000,
+        256 * 1024,
+        256 * 1024 + 1,
+        300000,
+        1024 * 1024 - 1,
+        1024 * 1024,
+        1024 * 1024 + 1,
+        3 * 1024 * 1024,
+        16 * 1024 * 1024,
         64 * 1024 * 1024,
     };
     const int nsteps = (int)(sizeof steps / sizeof steps[0]);
@@ -527,14 +586,13 @@ static void test_realloc_keeps_content(void **state)
             blockers[nblockers++] = opaque(malloc(48));
             unsigned char *q = opaque(realloc(p, size));
             CHECK(q != NULL, "realloc(%zu -> %zu) returned NULL", old, size);
-            CHECK(is_aligned(q, 16), "realloc(%zu -> %zu) = %p not 16-byte aligned", old, size,
-                  q);
+            CHECK(is_aligned(q, 16), "realloc(%zu -> %zu) = %p not 16-byte aligned", old, size, q);
             CHECK(malloc_usable_size(q) >= size, "realloc(%zu -> %zu): usable %zu", old, size,
                   malloc_usable_size(q));
             size_t common = old < size ? old : size;
             size_t bad = pattern_check(q, common, seed);
-            CHECK(bad == common, "realloc(%zu -> %zu): byte %zu of the content changed", old,
-                  size, bad);
+            CHECK(bad == common, "realloc(%zu -> %zu): byte %zu of the content changed", old, size,
+                  bad);
             seed++;
             pattern_fill(q, size, seed);
             p = q;
@@ -606,8 +664,7 @@ static void test_realloc_huge_sparse(void **state)
         unsigned char *q = opaque(realloc(p, grow[k]));
         CHECK(q != NULL, "realloc(%zu MiB -> %zu MiB) returned NULL", size >> 20, grow[k] >> 20);
         CHECK(is_aligned(q, 16), "realloc to %zu MiB: %p", grow[k] >> 20, q);
-        CHECK(malloc_usable_size(q) >= grow[k], "usable %zu < %zu", malloc_usable_size(q),
-              grow[k]);
+        CHECK(malloc_usable_size(q) >= grow[k], "usable %zu < %zu", malloc_usable_size(q), grow[k]);
         CHECK(pattern_check(q, chunk, 21) == chunk, "realloc to %zu MiB lost the first bytes",
               grow[k] >> 20);
         CHECK(pattern_check(q + 16 * MiB - chunk, chunk, 22) == chunk,
@@ -743,16 +800,34 @@ static void test_posix_memalign_einval(void **state)
 {
     (void)state;
     static const size_t bad[] = {
-        0, 1, 2, 3, 4, 5, 6, 7, 12, 24, 48, 100, 1000, 4095, 4097, 3 * 1024 * 1024,
-        (1u << 20) + 16, SIZE_MAX, SIZE_MAX / 2, ((size_t)1 << 63) + 8,
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        12,
+        24,
+        48,
+        100,
+        1000,
+        4095,
+        4097,
+        3 * 1024 * 1024,
+        (1u << 20) + 16,
+        SIZE_MAX,
+        SIZE_MAX / 2,
+        ((size_t)1 << 63) + 8,
     };
     void *sentinel = (void *)(uintptr_t)0xabcdef0;
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         void *p = sentinel;
         errno = 0;
         int rc = posix_memalign(&p, opaque_size(bad[k]), 64);
-        CHECK(rc == EINVAL, "posix_memalign(alignment %zu) returned %d, expected EINVAL",
-              bad[k], rc);
+        CHECK(rc == EINVAL, "posix_memalign(alignment %zu) returned %d, expected EINVAL", bad[k],
+              rc);
         CHECK(p == sentinel, "posix_memalign(alignment %zu) changed *memptr to %p", bad[k], p);
     }
 }
@@ -853,8 +928,10 @@ static void test_extreme_alignments(void **state)
             void *q = (void *)(uintptr_t)0x4560;
             int rc = posix_memalign(&q, a, n);
             if (rc != 0) {
-                CHECK(rc == ENOMEM, "posix_memalign(2^%u, %zu) returned %d, expected 0 or "
-                      "ENOMEM", shifts[k], n, rc);
+                CHECK(rc == ENOMEM,
+                      "posix_memalign(2^%u, %zu) returned %d, expected 0 or "
+                      "ENOMEM",
+                      shifts[k], n, rc);
                 CHECK(q == (void *)(uintptr_t)0x4560, "failed posix_memalign changed *memptr");
             } else {
                 check_block(q, n, a, "posix_memalign (huge alignment)");
@@ -927,7 +1004,10 @@ static void test_mixed_entry_points(void **state)
         switch ((rng >> 24) % 8) {
         case 0: q = calloc(1, n); break;
         case 1: q = memalign(a, n); break;
-        case 2: if (posix_memalign(&q, a, n) != 0) q = NULL; break;
+        case 2:
+            if (posix_memalign(&q, a, n) != 0)
+                q = NULL;
+            break;
         case 3: q = aligned_alloc(a, (n + a - 1) & ~(a - 1)); break;
         case 4: q = realloc(NULL, n); break;
         default: q = malloc(n); break;
@@ -1012,8 +1092,8 @@ static void test_malloc_trim_releases(void **state)
         clobber(large[i]);
     }
     size_t rss_full = resident_bytes();
-    CHECK(rss_full >= rss_start + total / 2, "RSS %zu -> %zu after touching %zu bytes",
-          rss_start, rss_full, total);
+    CHECK(rss_full >= rss_start + total / 2, "RSS %zu -> %zu after touching %zu bytes", rss_start,
+          rss_full, total);
     for (int i = 0; i < SMALL; i++)
         free(small[i]);
     for (int i = 0; i < LARGE; i++)
@@ -1060,8 +1140,8 @@ static void test_mallinfo2(void **state)
     /* 4 KiB of slack, as in test_served_by_cmalloc: these frees may start the release
      * thread, whose creation allocates a few hundred bytes in glibc. */
     CHECK(used_after + total <= used_during + 4096,
-          "mallinfo2 uordblks + hblkhd went from %zu to %zu after freeing %zu bytes",
-          used_during, used_after, total);
+          "mallinfo2 uordblks + hblkhd went from %zu to %zu after freeing %zu bytes", used_during,
+          used_after, total);
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -1102,10 +1182,14 @@ static void test_mallopt(void **state)
 {
     (void)state;
     static const int params[][2] = {
-        {M_MMAP_THRESHOLD, 1024 * 1024}, {M_TRIM_THRESHOLD, 4 * 1024 * 1024},
-        {M_TOP_PAD, 0},                  {M_ARENA_MAX, 8},
-        {M_MMAP_MAX, 65536},             {M_MXFAST, 64},
-        {M_ARENA_TEST, 8},               {12345, 1},
+        {M_MMAP_THRESHOLD, 1024 * 1024},
+        {M_TRIM_THRESHOLD, 4 * 1024 * 1024},
+        {M_TOP_PAD, 0},
+        {M_ARENA_MAX, 8},
+        {M_MMAP_MAX, 65536},
+        {M_MXFAST, 64},
+        {M_ARENA_TEST, 8},
+        {12345, 1},
     };
     for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
         int rc = mallopt(params[k][0], params[k][1]);

@@ -93,8 +93,14 @@ static void random_against_model(void **state)
     (void)state;
     uint64_t s = seed_from_env("test_arena: random_against_model") | 1;
     enum { BLOCKS = 4096, MARKS = 64, STEPS = 200000 };
-    static struct { unsigned char *p; size_t size; unsigned char fill; } live[BLOCKS];
-    struct { size_t mark, used, blocks; } marks[MARKS];
+    static struct {
+        unsigned char *p;
+        size_t size;
+        unsigned char fill;
+    } live[BLOCKS];
+    struct {
+        size_t mark, used, blocks;
+    } marks[MARKS];
     size_t blocks = 0, depth = 0;
     cmalloc_arena *arena = cmalloc_arena_create(3000);
     for (long step = 0; step < STEPS; step++) {
@@ -124,7 +130,8 @@ static void random_against_model(void **state)
         }
         if (step % 1000 == 0 || what >= 85)
             for (size_t b = 0; b < blocks; b++)
-                assert_true(live[b].p[0] == live[b].fill && live[b].p[live[b].size - 1] == live[b].fill);
+                assert_true(live[b].p[0] == live[b].fill &&
+                            live[b].p[live[b].size - 1] == live[b].fill);
     }
     cmalloc_arena_destroy(arena);
 }
@@ -212,8 +219,9 @@ static void bad_arguments(void **state)
     assert_int_equal(errno, EINVAL);
     cmalloc_arena *arena = cmalloc_arena_create(100);
     size_t mark = cmalloc_arena_mark(arena);
-    static const struct { size_t size, align; } cases[] = {{0, 16}, {0, 1}, {16, 0}, {16, 3}, {16, 48},
-                                                           {16, SIZE_MAX}};
+    static const struct {
+        size_t size, align;
+    } cases[] = {{0, 16}, {0, 1}, {16, 0}, {16, 3}, {16, 48}, {16, SIZE_MAX}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         errno = 0;
         assert_null(cmalloc_arena_alloc(arena, cases[i].size, cases[i].align));
@@ -243,7 +251,8 @@ static void rewind_body(void *arg)
 static void expect_ahead(cmalloc_arena *arena, size_t mark)
 {
     char expected[256];
-    snprintf(expected, sizeof expected, "cmalloc: cmalloc_arena_rewind(): mark %p is ahead of the "
+    snprintf(expected, sizeof expected,
+             "cmalloc: cmalloc_arena_rewind(): mark %p is ahead of the "
              "arena's position %p (a rewind forward, or a mark from before a reset); aborting\n",
              (void *)mark, (void *)(uintptr_t)cmalloc_arena_mark(arena));
     expect_death(rewind_body, &(bad_rewind){arena, mark}, expected);
@@ -252,9 +261,11 @@ static void expect_ahead(cmalloc_arena *arena, size_t mark)
 static void expect_not_a_position(cmalloc_arena *arena, size_t mark)
 {
     char expected[256];
-    snprintf(expected, sizeof expected, "cmalloc: cmalloc_arena_rewind(): mark %p is not a "
+    snprintf(expected, sizeof expected,
+             "cmalloc: cmalloc_arena_rewind(): mark %p is not a "
              "position of arena %p (another arena's mark, or one freed by a rewind or reset); "
-             "aborting\n", (void *)mark, (void *)arena);
+             "aborting\n",
+             (void *)mark, (void *)arena);
     expect_death(rewind_body, &(bad_rewind){arena, mark}, expected);
 }
 

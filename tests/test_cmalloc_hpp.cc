@@ -31,8 +31,8 @@ extern "C" { // this cmocka.h declares its functions with C linkage only for C
 #include <cmocka.h>
 }
 
-
-namespace {
+namespace
+{
 
 int live_objects = 0;
 std::vector<int> destroyed_order;
@@ -166,16 +166,19 @@ void arena_allocator_containers(void **)
     cmalloc::arena arena(1 << 16);
     std::size_t before = arena.used();
     {
-        std::vector<int, cmalloc::arena_allocator<int>> numbers{cmalloc::arena_allocator<int>(arena)};
+        std::vector<int, cmalloc::arena_allocator<int>> numbers{
+            cmalloc::arena_allocator<int>(arena)};
         for (int i = 0; i < 10000; i++)
             numbers.push_back(i);
         assert_int_equal(numbers[9999], 9999);
-        using text = std::basic_string<char, std::char_traits<char>, cmalloc::arena_allocator<char>>;
-        text s("a string long enough to leave the small-string buffer", cmalloc::arena_allocator<char>(arena));
+        using text =
+            std::basic_string<char, std::char_traits<char>, cmalloc::arena_allocator<char>>;
+        text s("a string long enough to leave the small-string buffer",
+               cmalloc::arena_allocator<char>(arena));
         s += s;
         assert_int_equal(s.size(), 106);
-        std::map<int, int, std::less<int>, cmalloc::arena_allocator<std::pair<const int, int>>> squares{
-            cmalloc::arena_allocator<std::pair<const int, int>>(arena)};
+        std::map<int, int, std::less<int>, cmalloc::arena_allocator<std::pair<const int, int>>>
+            squares{cmalloc::arena_allocator<std::pair<const int, int>>(arena)};
         for (int i = 0; i < 1000; i++)
             squares[i] = i * i;
         assert_int_equal(squares[999], 998001);
@@ -216,7 +219,8 @@ void pool_allocator_list(void **)
     // Too small a pool: the shared pool of the node's size serves instead.
     cmalloc_pool *tiny = cmalloc_pool_create(8, 10, CMALLOC_POOL_FIXED);
     {
-        std::list<double, cmalloc::pool_allocator<double>> values{cmalloc::pool_allocator<double>(tiny)};
+        std::list<double, cmalloc::pool_allocator<double>> values{
+            cmalloc::pool_allocator<double>(tiny)};
         for (int i = 0; i < 100; i++)
             values.push_back(i);
         assert_int_equal(cmalloc_pool_in_use(tiny), 0);
@@ -227,7 +231,9 @@ void pool_allocator_list(void **)
 
 void pool_allocator_map_vector(void **)
 {
-    std::map<int, std::string, std::less<int>, cmalloc::pool_allocator<std::pair<const int, std::string>>> names;
+    std::map<int, std::string, std::less<int>,
+             cmalloc::pool_allocator<std::pair<const int, std::string>>>
+        names;
     for (int i = 0; i < 20000; i++)
         names.emplace(i, std::to_string(i));
     for (int i = 0; i < 20000; i += 2)
@@ -245,12 +251,9 @@ void pool_allocator_map_vector(void **)
 int main()
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(pool_make_and_destroy),
-        cmocka_unit_test(pool_fixed_full),
-        cmocka_unit_test(pool_bad_arguments),
-        cmocka_unit_test(arena_make_and_marks),
-        cmocka_unit_test(arena_allocator_containers),
-        cmocka_unit_test(pool_allocator_list),
+        cmocka_unit_test(pool_make_and_destroy),      cmocka_unit_test(pool_fixed_full),
+        cmocka_unit_test(pool_bad_arguments),         cmocka_unit_test(arena_make_and_marks),
+        cmocka_unit_test(arena_allocator_containers), cmocka_unit_test(pool_allocator_list),
         cmocka_unit_test(pool_allocator_map_vector),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);

@@ -117,8 +117,14 @@ static void free_inside(size_t size)
     free(p);
 }
 
-static void free_inside_large(void) { free_inside(1 * MiB); }
-static void free_inside_huge(void) { free_inside(32 * MiB); }
+static void free_inside_large(void)
+{
+    free_inside(1 * MiB);
+}
+static void free_inside_huge(void)
+{
+    free_inside(32 * MiB);
+}
 
 static void double_free_small(void)
 {
@@ -152,8 +158,14 @@ static void double_free_after(size_t count)
     free(opaque(a));
 }
 
-static void double_free_deep(void) { double_free_after(1000); }
-static void double_free_flushed(void) { double_free_after(20000); }
+static void double_free_deep(void)
+{
+    double_free_after(1000);
+}
+static void double_free_flushed(void)
+{
+    double_free_after(20000);
+}
 
 static volatile int other_thread_freed;
 
@@ -376,7 +388,10 @@ static void check(bool ok, const char *what)
     keep_going_failures++;
 }
 
-static void fill(void *p, size_t n, unsigned char tag) { memset(p, tag, n); }
+static void fill(void *p, size_t n, unsigned char tag)
+{
+    memset(p, tag, n);
+}
 
 static bool filled(const void *p, size_t n, unsigned char tag)
 {
@@ -487,7 +502,8 @@ static void test_keep_going(void **state)
     (void)state;
     static child_result result;
     child_spec spec = {.self_args = (char *[]){"test_errors", "--keep-going", NULL},
-                       .env = {"CMALLOC_ABORT_ON_ERROR=0"}, .with_stdout = true,
+                       .env = {"CMALLOC_ABORT_ON_ERROR=0"},
+                       .with_stdout = true,
                        .alarm_seconds = 30};
     run_child(&spec, &result);
     const char *output = result.output;

@@ -89,7 +89,10 @@ typedef struct header {
     uint64_t tag;
 } header;
 
-static uint64_t tag_of(size_t size) { return size * 0x9E3779B97F4A7C15ULL ^ 0xF0F0; }
+static uint64_t tag_of(size_t size)
+{
+    return size * 0x9E3779B97F4A7C15ULL ^ 0xF0F0;
+}
 
 static void *make_block(size_t size)
 {
@@ -107,19 +110,19 @@ static void *make_block(size_t size)
 static bool block_ok(const void *p)
 {
     const header *h = p;
-    return h->tag == tag_of(h->size) && ((const unsigned char *)h)[h->size - 1] == (unsigned char)h->tag;
+    return h->tag == tag_of(h->size) &&
+           ((const unsigned char *)h)[h->size - 1] == (unsigned char)h->tag;
 }
 
 static size_t random_size(uint64_t *rng)
 {
     uint64_t r = rng_next(rng);
     switch (r % 64) {
-    case 0:
-        return 9 * MiB + (r >> 20) % MiB;        /* mmap'd */
-    case 1: case 2: case 3:
-        return 257 * KiB + (r >> 20) % (3 * MiB); /* page heap */
-    default:
-        return 16 + (r >> 20) % (r & 64 ? 4096 : 256);
+    case 0: return 9 * MiB + (r >> 20) % MiB; /* mmap'd */
+    case 1:
+    case 2:
+    case 3: return 257 * KiB + (r >> 20) % (3 * MiB); /* page heap */
+    default: return 16 + (r >> 20) % (r & 64 ? 4096 : 256);
     }
 }
 
@@ -303,14 +306,16 @@ static void test_fork_under_load(void **state)
     printf("fork stress: %d forks (%d exec /bin/true) in %.1f s while %d threads made %ld "
            "allocator calls; %d deadlocked, %d crashed, %d failed a check; a child gets control "
            "back from fork() %.1f ms (median) after the call\n",
-           forks, execs, elapsed, HAMMERS, atomic_load(&hammer_ops), deadlocks, crashes,
-           failures, median_ms);
+           forks, execs, elapsed, HAMMERS, atomic_load(&hammer_ops), deadlocks, crashes, failures,
+           median_ms);
     if (median_ms >= 50.0)
         fail_msg("a child got control back from fork() %.1f ms (median) after the call; want "
-                 "under 50 ms", median_ms);
+                 "under 50 ms",
+                 median_ms);
     if (deadlocks || crashes || failures)
         fail_msg("%d of %d children deadlocked, %d crashed, %d failed a check (seed %u); "
-                 "first: %s", deadlocks, forks, crashes, failures, test_seed, first_problem);
+                 "first: %s",
+                 deadlocks, forks, crashes, failures, test_seed, first_problem);
     assert_int_equal(atomic_load(&hammer_errors), 0);
     assert_true(forks >= 20);
 }
@@ -368,7 +373,8 @@ static void test_fork_during_fast_path(void **state)
     pthread_join(threads[0], NULL);
     pthread_join(threads[1], NULL);
     printf("fork during fast paths: %d forks in %.1f s: %d children crashed, %d deadlocked or "
-           "failed\n", forks, now_seconds() - start, crashed, other);
+           "failed\n",
+           forks, now_seconds() - start, crashed, other);
     if (crashed || other)
         fail_msg("%d of %d children crashed (first by signal %d: %s), %d deadlocked or failed",
                  crashed, forks, first_signal, first_signal ? strsignal(first_signal) : "-", other);

@@ -49,7 +49,7 @@ static void write_link_and_allocate(void *target)
     warm_up(80);
     void *first = malloc(80), *second = malloc(80);
     free(second);
-    free(first); /* first heads the list, linking to second */
+    free(first);                              /* first heads the list, linking to second */
     memcpy(first, target, sizeof(uintptr_t)); /* the use-after-free write */
     void *again = malloc(80);
     void *steered = malloc(80);

@@ -52,19 +52,19 @@
 
 #define SENTINEL 4242
 
-#define EXPECT_ERRNO_KEPT(call)                                                                   \
-    do {                                                                                          \
-        errno = SENTINEL;                                                                         \
-        call;                                                                                     \
-        if (errno != SENTINEL)                                                                    \
-            fail_msg("%s changed errno to %d", #call, errno);                                     \
+#define EXPECT_ERRNO_KEPT(call)                               \
+    do {                                                      \
+        errno = SENTINEL;                                     \
+        call;                                                 \
+        if (errno != SENTINEL)                                \
+            fail_msg("%s changed errno to %d", #call, errno); \
     } while (0)
 
-#define EXPECT_ENOMEM(call)                                                                       \
-    do {                                                                                          \
-        errno = 0;                                                                                \
-        if ((call) != NULL || errno != ENOMEM)                                                    \
-            fail_msg("%s: not NULL with ENOMEM (errno %d)", #call, errno);                        \
+#define EXPECT_ENOMEM(call)                                                \
+    do {                                                                   \
+        errno = 0;                                                         \
+        if ((call) != NULL || errno != ENOMEM)                             \
+            fail_msg("%s: not NULL with ENOMEM (errno %d)", #call, errno); \
     } while (0)
 
 static void errno_left_alone(void **state)
@@ -165,8 +165,8 @@ static int mapping_limit_child(void)
     /* Use up the mapping count with pages of alternating protection (they cannot merge). */
     size_t made = 0;
     for (;;) {
-        void *page = mmap(NULL, 4096, made % 2 ? PROT_READ : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
-                          -1, 0);
+        void *page =
+            mmap(NULL, 4096, made % 2 ? PROT_READ : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (page == MAP_FAILED)
             break;
         if (++made > 1000000)
@@ -175,7 +175,8 @@ static int mapping_limit_child(void)
     errno = SENTINEL;
     free(block);
     int after_free = errno;
-    printf("mapping limit reached after %zu more mappings; errno after free: %d\n", made, after_free);
+    printf("mapping limit reached after %zu more mappings; errno after free: %d\n", made,
+           after_free);
     return after_free == SENTINEL ? 0 : 13;
 }
 
@@ -255,8 +256,8 @@ static void mallinfo_under_threads(void **state)
     assert_int_equal(pthread_create(&thread, NULL, mapper, NULL), 0);
     for (int i = 0; i < 10000; i++) {
         struct mallinfo2 info = mallinfo2();
-        if (info.arena > ((size_t)1 << 48) || info.uordblks > info.arena || info.hblkhd < 64 * MiB ||
-            info.uordblks >= 64 * MiB)
+        if (info.arena > ((size_t)1 << 48) || info.uordblks > info.arena ||
+            info.hblkhd < 64 * MiB || info.uordblks >= 64 * MiB)
             fail_msg("mallinfo2: arena %zu, uordblks %zu, hblkhd %zu, hblks %zu", info.arena,
                      info.uordblks, info.hblkhd, info.hblks);
     }
@@ -373,14 +374,10 @@ int main(void)
 {
     start_watchdog("test_glibc_compat", 120);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(errno_left_alone),
-        cmocka_unit_test(errno_at_mapping_limit),
-        cmocka_unit_test(memalign_limits),
-        cmocka_unit_test(impossible_sizes_fail_fast),
-        cmocka_unit_test(mallinfo_under_threads),
-        cmocka_unit_test(malloc_info_is_cmallocs),
-        cmocka_unit_test(malloc_stats_with_cancel),
-        cmocka_unit_test(late_destructor_caches),
+        cmocka_unit_test(errno_left_alone),         cmocka_unit_test(errno_at_mapping_limit),
+        cmocka_unit_test(memalign_limits),          cmocka_unit_test(impossible_sizes_fail_fast),
+        cmocka_unit_test(mallinfo_under_threads),   cmocka_unit_test(malloc_info_is_cmallocs),
+        cmocka_unit_test(malloc_stats_with_cancel), cmocka_unit_test(late_destructor_caches),
     };
     return cmocka_run_group_tests_name("glibc_compat", tests, NULL, NULL);
 }

@@ -68,8 +68,8 @@ static void keys_of_others_untouched(void **state)
     }
     cmalloc_stats stats;
     cmalloc_stats_get(&stats);
-    printf("%zu keys taken by the program; after 200 threads: %zu thread caches alive\n",
-           key_count, stats.thread_caches);
+    printf("%zu keys taken by the program; after 200 threads: %zu thread caches alive\n", key_count,
+           stats.thread_caches);
     if (stats.thread_caches > 2)
         fail_msg("%zu thread caches alive: exited threads' caches leaked", stats.thread_caches);
     assert_true(cm_heap_check());

@@ -94,8 +94,8 @@ static bool filled(const void *p, size_t n, unsigned tag)
 
 /* Objects of every kind made before the limit, checked after it. */
 enum { KEEP = 48 };
-static const size_t keep_sizes[] = {8, 64, 500, 4000, 40 * KiB, 256 * KiB, 700 * KiB, 3 * MiB,
-                                    12 * MiB};
+static const size_t keep_sizes[] = {8,         64,        500,     4000,    40 * KiB,
+                                    256 * KiB, 700 * KiB, 3 * MiB, 12 * MiB};
 enum { KEEP_KINDS = sizeof keep_sizes / sizeof keep_sizes[0] };
 static void *keep[KEEP];
 
@@ -133,8 +133,8 @@ static void check_keep(const char *when)
 {
     char text[128];
     for (int i = 0; i < KEEP; i++) {
-        snprintf(text, sizeof text, "object %d (%zu bytes) intact %s", i, keep_sizes[i % KEEP_KINDS],
-                 when);
+        snprintf(text, sizeof text, "object %d (%zu bytes) intact %s", i,
+                 keep_sizes[i % KEEP_KINDS], when);
         check(keep[i] && keep_filled(keep[i], keep_sizes[i % KEEP_KINDS], (unsigned)i), text);
     }
 }
@@ -217,9 +217,11 @@ static void every_entry_point(void)
     errno = 0, p = malloc(6 * MiB), e = errno, check_enomem(p, e, "malloc(6 MiB) (page heap)");
     errno = 0, p = calloc(1, 64 * MiB), e = errno, check_enomem(p, e, "calloc(1, 64 MiB)");
     errno = 0, p = calloc(4 * MiB, 2), e = errno, check_enomem(p, e, "calloc(4 Mi, 2)");
-    errno = 0, p = realloc(opaque(small), 64 * MiB), e = errno, check_enomem(p, e, "realloc(small, 64 MiB)");
+    errno = 0, p = realloc(opaque(small), 64 * MiB), e = errno,
+    check_enomem(p, e, "realloc(small, 64 MiB)");
     check(filled(small, 100, 5), "realloc's old small block intact after failing");
-    errno = 0, p = realloc(opaque(small), 6 * MiB), e = errno, check_enomem(p, e, "realloc(small, 6 MiB)");
+    errno = 0, p = realloc(opaque(small), 6 * MiB), e = errno,
+    check_enomem(p, e, "realloc(small, 6 MiB)");
     errno = 0, p = realloc(opaque(huge), 512 * MiB), e = errno;
     check_enomem(p, e, "realloc(16 MiB, 512 MiB) (mremap)");
     check(keep_filled(huge, 16 * MiB, 6), "realloc's old 16 MiB block intact after failing");
@@ -228,10 +230,12 @@ static void every_entry_point(void)
     check(filled(small, 100, 5), "reallocarray's old block intact after failing");
     void *out = opaque((void *)0x1234);
     int r = posix_memalign(&out, 4096, 64 * MiB);
-    check(r == ENOMEM && out == (void *)0x1234, "posix_memalign(4096, 64 MiB) == ENOMEM, out untouched");
+    check(r == ENOMEM && out == (void *)0x1234,
+          "posix_memalign(4096, 64 MiB) == ENOMEM, out untouched");
     r = posix_memalign(&out, 2 * MiB, 4 * MiB);
     check(r == ENOMEM && out == (void *)0x1234, "posix_memalign(2 MiB, 4 MiB) == ENOMEM");
-    errno = 0, p = aligned_alloc(64, 64 * MiB), e = errno, check_enomem(p, e, "aligned_alloc(64, 64 MiB)");
+    errno = 0, p = aligned_alloc(64, 64 * MiB), e = errno,
+    check_enomem(p, e, "aligned_alloc(64, 64 MiB)");
     errno = 0, p = aligned_alloc(1 * MiB, 6 * MiB), e = errno;
     check_enomem(p, e, "aligned_alloc(1 MiB, 6 MiB)");
     errno = 0, p = memalign(256, 64 * MiB), e = errno, check_enomem(p, e, "memalign(256, 64 MiB)");
@@ -271,8 +275,8 @@ static void *exhaust(size_t size, size_t max, size_t *count, const char *what)
         errno = 0;
         void **p = malloc(size);
         if (p == NULL) {
-            snprintf(text, sizeof text, "%s: malloc(%zu) failed with errno %d (want ENOMEM)",
-                     what, size, errno);
+            snprintf(text, sizeof text, "%s: malloc(%zu) failed with errno %d (want ENOMEM)", what,
+                     size, errno);
             check(errno == ENOMEM, text);
             break;
         }
@@ -354,8 +358,8 @@ static void *oom_thread(void *arg)
         int now = atomic_load(&phase);
         seed = seed * 1103515245u + 12345u;
         size_t slot = (seed >> 8) % 256;
-        size_t size = (seed >> 16) % 4 == 0 ? 300 * KiB + (seed >> 20) % (2 * MiB)
-                                            : 16 + (seed >> 18) % 4000;
+        size_t size =
+            (seed >> 16) % 4 == 0 ? 300 * KiB + (seed >> 20) % (2 * MiB) : 16 + (seed >> 18) % 4000;
         if (held[slot]) {
             check(filled(held[slot], 16, (unsigned)slot), "a thread's block intact");
             free(held[slot]);
@@ -452,8 +456,8 @@ static void checked_body(void *body)
 static void run_in_child(void (*body)(void), const char *name)
 {
     static child_result result;
-    child_spec spec = {.body = checked_body, .arg = &body, .with_stdout = true,
-                       .alarm_seconds = 30};
+    child_spec spec = {
+        .body = checked_body, .arg = &body, .with_stdout = true, .alarm_seconds = 30};
     run_child(&spec, &result);
     int status = result.status;
     if (WIFSIGNALED(status))

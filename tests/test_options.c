@@ -97,14 +97,16 @@ static void bad_values_warn_once_each_and_keep_the_default(void **state)
                    "thread_cache_total:-5,mmap_threshold_max:99999999999999999999,stats:yaml",
                    NULL};
     assert_int_equal(read_options(env), 6);
-    assert_non_null(strstr(captured, "cmalloc: CMALLOC_CONF: bad value in 'mmap_threshold:lots' (want "
-                                     "a number with an optional K, M or G suffix); keeping 1048576\n"));
+    assert_non_null(strstr(captured,
+                           "cmalloc: CMALLOC_CONF: bad value in 'mmap_threshold:lots' (want "
+                           "a number with an optional K, M or G suffix); keeping 1048576\n"));
     assert_non_null(strstr(captured, "'thread_cache_max:12Q'"));
     assert_non_null(strstr(captured, "'check:'"));
     assert_non_null(strstr(captured, "'thread_cache_total:-5'")); /* unsigned: no minus */
     assert_non_null(strstr(captured, "'mmap_threshold_max:99999999999999999999'"));
-    assert_non_null(strstr(captured, "bad value in 'stats:yaml' (want a number with an optional K, M "
-                                     "or G suffix, or json); keeping 0\n"));
+    assert_non_null(strstr(captured,
+                           "bad value in 'stats:yaml' (want a number with an optional K, M "
+                           "or G suffix, or json); keeping 0\n"));
     assert_int_equal(cm_option.mmap_threshold, 1 << 20);
     assert_int_equal(cm_option.thread_cache_max, 2 << 20);
     assert_int_equal(cm_option.check, 0);
@@ -159,8 +161,9 @@ static void variable_overrides_string_in_either_order(void **state)
     assert_int_equal(cm_option.mmap_threshold, 3 << 20);
     char *bad_variable[] = {"CMALLOC_CONF=mmap_threshold:2M", "CMALLOC_MMAP_THRESHOLD=3X", NULL};
     assert_int_equal(read_options(bad_variable), 1);
-    assert_string_equal(captured, "cmalloc: environment: bad value in 'CMALLOC_MMAP_THRESHOLD=3X' (want "
-                                  "a number with an optional K, M or G suffix); keeping 2097152\n");
+    assert_string_equal(captured,
+                        "cmalloc: environment: bad value in 'CMALLOC_MMAP_THRESHOLD=3X' (want "
+                        "a number with an optional K, M or G suffix); keeping 2097152\n");
     assert_int_equal(cm_option.mmap_threshold, 2 << 20);
 }
 
@@ -226,7 +229,8 @@ static void expect_refused(const char *first, const char *const *bad, size_t cou
         c += (size_t)snprintf(conf + c, sizeof conf - c, ",%s", bad[i]);
         e += (size_t)snprintf(expected + e, sizeof expected - e,
                               "cmalloc: CMALLOC_CONF: bad value in '%s' (want a number with an "
-                              "optional K, M or G suffix); keeping %s\n", bad[i], keeping);
+                              "optional K, M or G suffix); keeping %s\n",
+                              bad[i], keeping);
     }
     assert_true(c < sizeof conf && e < sizeof expected);
     char *env[] = {conf, NULL};
@@ -244,7 +248,10 @@ static void suffixes_scale_up_to_the_exact_limit(void **state)
     char *lower[] = {"CMALLOC_CONF=prof_rate:2g", NULL};
     assert_int_equal(read_options(lower), 0);
     assert_int_equal(cm_option.prof_rate, (size_t)2 << 30);
-    static const struct { const char *item; size_t value; } limits[] = {
+    static const struct {
+        const char *item;
+        size_t value;
+    } limits[] = {
         {"CMALLOC_CONF=prof_rate:8589934591G", (size_t)8589934591 << 30},
         {"CMALLOC_CONF=prof_rate:8796093022207M", (size_t)8796093022207 << 20},
         {"CMALLOC_CONF=prof_rate:9007199254740991K", (size_t)9007199254740991 << 10},
@@ -255,11 +262,14 @@ static void suffixes_scale_up_to_the_exact_limit(void **state)
         assert_int_equal(read_options(env), 0);
         assert_int_equal(cm_option.prof_rate, limits[i].value);
     }
-    static const char *const over[] = {"prof_rate:8589934592G", "prof_rate:8796093022208M",
+    static const char *const over[] = {"prof_rate:8589934592G",
+                                       "prof_rate:8796093022208M",
                                        "prof_rate:9007199254740992K",
                                        "prof_rate:9223372036854775808",
-                                       "prof_rate:18446744073709551617", "prof_rate:1KB",
-                                       "prof_rate:1 K", "prof_rate:K"};
+                                       "prof_rate:18446744073709551617",
+                                       "prof_rate:1KB",
+                                       "prof_rate:1 K",
+                                       "prof_rate:K"};
     expect_refused("prof_rate:4k", over, sizeof over / sizeof over[0], "4096");
     assert_int_equal(cm_option.prof_rate, 4096);
 }
@@ -316,12 +326,14 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(good_items_apply_with_suffixes, restore_defaults),
-        cmocka_unit_test_teardown(names_and_keywords_ignore_case_empty_items_are_skipped, restore_defaults),
+        cmocka_unit_test_teardown(names_and_keywords_ignore_case_empty_items_are_skipped,
+                                  restore_defaults),
         cmocka_unit_test_teardown(unknown_name_warns_once_and_the_rest_applies, restore_defaults),
         cmocka_unit_test_teardown(bad_values_warn_once_each_and_keep_the_default, restore_defaults),
         cmocka_unit_test_teardown(switches_take_0_or_1, restore_defaults),
         cmocka_unit_test_teardown(item_without_colon_warns, restore_defaults),
-        cmocka_unit_test_teardown(later_item_wins_and_a_bad_one_keeps_the_value_in_force, restore_defaults),
+        cmocka_unit_test_teardown(later_item_wins_and_a_bad_one_keeps_the_value_in_force,
+                                  restore_defaults),
         cmocka_unit_test_teardown(variable_overrides_string_in_either_order, restore_defaults),
         cmocka_unit_test_teardown(unknown_variable_warns, restore_defaults),
         cmocka_unit_test_teardown(verbose_prints_every_option_in_force, restore_defaults),

@@ -67,7 +67,7 @@ static int apply(fixture *f, const char *line)
     return r;
 }
 
-#define OK(f, line) assert_int_equal(apply(f, line), OB_OK)
+#define OK(f, line)          assert_int_equal(apply(f, line), OB_OK)
 #define REJECT(f, line, why) assert_int_equal(apply(f, line), why)
 
 /* Drains the ring and compares its trades with want ("T,a,b,c,d;T,...;" or ""). */
@@ -92,7 +92,10 @@ static void expect_order(fixture *f, int64_t id, int64_t price, int64_t qty)
     assert_int_equal(o->qty, qty);
 }
 
-static void expect_gone(fixture *f, int64_t id) { assert_null(ob_book_find(f->book, id)); }
+static void expect_gone(fixture *f, int64_t id)
+{
+    assert_null(ob_book_find(f->book, id));
+}
 
 /* ---- matching semantics ----------------------------------------------------------------- */
 
@@ -410,7 +413,10 @@ static ref_order *ref_find(reference *r, int64_t id)
     return NULL;
 }
 
-static void ref_remove(reference *r, ref_order *o) { *o = r->orders[--r->count]; }
+static void ref_remove(reference *r, ref_order *o)
+{
+    *o = r->orders[--r->count];
+}
 
 /* The best resting order of side that an order at limit may trade with: the best price, then
  * the lowest sequence number. */
@@ -630,8 +636,7 @@ static uint64_t rnd(rng *r, uint64_t n)
 static void random_far_prices_match_reference(void **state)
 {
     (void)state;
-    static const int64_t centres[] = {1, 1023, 1024, 65535, 65536, 3000000, 900000000,
-                                      2147483647};
+    static const int64_t centres[] = {1, 1023, 1024, 65535, 65536, 3000000, 900000000, 2147483647};
     rng g = {88172645463325252ull};
     size_t n = 30000;
     ob_msg *msgs = calloc(n, sizeof(ob_msg));
@@ -686,7 +691,10 @@ static void replay_modes_agree(void **state)
     assert_true(fd >= 0);
     close(fd);
     static const ob_replay_options modes[] = {
-        {.threads = 1}, {.threads = 2}, {.threads = 1, .pipeline = 1}, {.threads = 2, .pipeline = 1},
+        {.threads = 1},
+        {.threads = 2},
+        {.threads = 1, .pipeline = 1},
+        {.threads = 2, .pipeline = 1},
     };
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         ob_replay_options o = modes[i];
@@ -720,7 +728,10 @@ static void replay_modes_agree(void **state)
     ob_stream_free(&s);
 }
 
-static int have_pool(void) { return dlsym(RTLD_DEFAULT, "cmalloc_pool_create") != NULL; }
+static int have_pool(void)
+{
+    return dlsym(RTLD_DEFAULT, "cmalloc_pool_create") != NULL;
+}
 
 static void replay_pool(void **state)
 {

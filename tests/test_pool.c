@@ -141,7 +141,7 @@ static void grow_pool_keeps_addresses(void **state)
     for (size_t i = 0; i < N; i++) {
         objects[i] = cmalloc_pool_alloc(pool);
         assert_non_null(objects[i]);
-        objects[i][0] = i;                     /* its index, and its own address */
+        objects[i][0] = i; /* its index, and its own address */
         objects[i][1] = (uintptr_t)objects[i];
         objects[i][2] = ~(uint64_t)i;
     }
@@ -246,7 +246,8 @@ static void run_threads(void *(*body)(void *))
 static void thread_safe_pool_4_threads(void **state)
 {
     (void)state;
-    for (unsigned flags = CMALLOC_POOL_THREAD_SAFE; flags <= (CMALLOC_POOL_THREAD_SAFE | CMALLOC_POOL_GROW); flags++) {
+    for (unsigned flags = CMALLOC_POOL_THREAD_SAFE;
+         flags <= (CMALLOC_POOL_THREAD_SAFE | CMALLOC_POOL_GROW); flags++) {
         shared = cmalloc_pool_create(24, THREADS * PER_THREAD, flags);
         assert_non_null(shared);
         for (int round = 0; round < 3; round++) {
@@ -274,7 +275,8 @@ static void *churn(void *arg)
 static void thread_safe_pool_never_strands(void **state)
 {
     (void)state;
-    shared = cmalloc_pool_create(2000, THREADS * BATCH, CMALLOC_POOL_FIXED | CMALLOC_POOL_THREAD_SAFE);
+    shared =
+        cmalloc_pool_create(2000, THREADS * BATCH, CMALLOC_POOL_FIXED | CMALLOC_POOL_THREAD_SAFE);
     assert_non_null(shared);
     run_threads(churn);
     assert_int_equal(cmalloc_pool_in_use(shared), 0);
@@ -305,7 +307,11 @@ static void memory_in_stats_and_released(void **state)
 static void bad_arguments(void **state)
 {
     (void)state;
-    static const struct { size_t size, capacity; unsigned flags; int error; } cases[] = {
+    static const struct {
+        size_t size, capacity;
+        unsigned flags;
+        int error;
+    } cases[] = {
         {0, 10, CMALLOC_POOL_GROW, EINVAL},
         {0, 10, CMALLOC_POOL_FIXED, EINVAL},
         {((size_t)1 << 30) + 1, 1, CMALLOC_POOL_FIXED, EINVAL},
@@ -335,8 +341,8 @@ static void bad_arguments(void **state)
 typedef struct misuse {
     cmalloc_pool *pool;
     void *object;
-    bool twice;          /* free it once first */
-    bool with_free;      /* free() rather than cmalloc_pool_free() */
+    bool twice;     /* free it once first */
+    bool with_free; /* free() rather than cmalloc_pool_free() */
 } misuse;
 
 static void misuse_body(void *arg)
@@ -358,7 +364,8 @@ static void expect_misuse_report(misuse m, const char *format)
 }
 
 static const char double_free[] = "cmalloc: cmalloc_pool_free(): double free %p; aborting\n";
-static const char not_ours[] = "cmalloc: cmalloc_pool_free(): %p is not an object of pool %p; aborting\n";
+static const char not_ours[] =
+    "cmalloc: cmalloc_pool_free(): %p is not an object of pool %p; aborting\n";
 
 static void death_double_free(void **state)
 {
@@ -395,9 +402,9 @@ static void death_free_of_a_pool_object(void **state)
 {
     (void)state;
     cmalloc_pool *pool = cmalloc_pool_create(32, 100, CMALLOC_POOL_FIXED);
-    expect_misuse_report((misuse){.pool = pool, .object = cmalloc_pool_alloc(pool),
-                                  .with_free = true},
-                         "cmalloc: free(): invalid pointer %p; aborting\n");
+    expect_misuse_report(
+        (misuse){.pool = pool, .object = cmalloc_pool_alloc(pool), .with_free = true},
+        "cmalloc: free(): invalid pointer %p; aborting\n");
     cmalloc_pool_destroy(pool);
 }
 

@@ -210,7 +210,8 @@ static int run_idle_child(const char *mode, char *output, size_t capacity)
                        .env = {"CMALLOC_RELEASE_DELAY_MS=100",
                                strcmp(mode, "none") == 0 ? "CMALLOC_BACKGROUND_RELEASE=1"
                                                          : "CMALLOC_BACKGROUND_RELEASE=0"},
-                       .with_stdout = true, .alarm_seconds = 60};
+                       .with_stdout = true,
+                       .alarm_seconds = 60};
     run_child(&spec, &result);
     snprintf(output, capacity, "%s", result.output);
     return result.status;
@@ -274,7 +275,8 @@ static void test_thread_churn(void **state)
         pthread_t threads[WAVE];
         int started = 0;
         for (int i = 0; i < WAVE; i++) {
-            int e = pthread_create(&threads[i], NULL, churn_thread, (void *)(uintptr_t)(done + i + 1));
+            int e =
+                pthread_create(&threads[i], NULL, churn_thread, (void *)(uintptr_t)(done + i + 1));
             if (e != 0)
                 fail_msg("pthread_create after %zu threads: %s", done, strerror(e));
             started++;
@@ -297,8 +299,8 @@ static void test_thread_churn(void **state)
            done, now_seconds() - start, BASELINE, base_mapped / KiB, base_rss / KiB,
            stats.bytes_mapped / KiB, rss / KiB, stats.thread_caches);
     if (stats.bytes_mapped > base_mapped + 8 * MiB)
-        fail_msg("mapped grew from %zu KiB after %d threads to %zu KiB after %zu", base_mapped / KiB,
-                 BASELINE, stats.bytes_mapped / KiB, done);
+        fail_msg("mapped grew from %zu KiB after %d threads to %zu KiB after %zu",
+                 base_mapped / KiB, BASELINE, stats.bytes_mapped / KiB, done);
     if (rss > base_rss + 16 * MiB)
         fail_msg("RSS grew from %zu KiB after %d threads to %zu KiB after %zu", base_rss / KiB,
                  BASELINE, rss / KiB, done);
@@ -310,9 +312,10 @@ static void test_thread_churn(void **state)
 /* ---- soak (`make soak`, not in `make test`) ----------------------------------------------------
  * 4 threads keep a working set of 2000 blocks each (about 200 MiB in all), replacing random
  * ones with new blocks of a random size (mostly small, some page-heap sized, a few mmap'd),
- * every byte written, and pass 1 in 8 to another thread to free. The main thread samples RSS and bytes mapped every second. Passes when the
- * highest RSS of the last third of the run is within 25% (plus 16 MiB) of the highest of the
- * first third: the working set is constant, so memory must be too. */
+ * every byte written, and pass 1 in 8 to another thread to free. The main thread samples RSS and
+ * bytes mapped every second. Passes when the highest RSS of the last third of the run is within 25%
+ * (plus 16 MiB) of the highest of the first third: the working set is constant, so memory must be
+ * too. */
 enum { SOAK_THREADS = 4, SOAK_BLOCKS = 2000 };
 static volatile int soak_stop;
 static void *_Atomic soak_mailbox[SOAK_THREADS];
@@ -326,10 +329,10 @@ static void *soak_thread(void *arg)
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         unsigned slot = (unsigned)(rng >> 8) % SOAK_BLOCKS;
         unsigned kind = (unsigned)(rng >> 40) % 1000;
-        size_t size = kind < 900 ? 8 + (rng >> 20) % 512
-                    : kind < 990 ? 512 + (rng >> 20) % (64 * KiB)
-                    : kind < 999 ? 256 * KiB + (rng >> 20) % (2 * MiB)
-                                 : 9 * MiB;
+        size_t size = kind < 900   ? 8 + (rng >> 20) % 512
+                      : kind < 990 ? 512 + (rng >> 20) % (64 * KiB)
+                      : kind < 999 ? 256 * KiB + (rng >> 20) % (2 * MiB)
+                                   : 9 * MiB;
         void *old = blocks[slot];
         if (old && (rng & 7) == 0) { /* to another thread's mailbox; free what was there */
             void *prev = atomic_exchange(&soak_mailbox[(index + 1) % SOAK_THREADS], old);
@@ -361,7 +364,8 @@ static int soak_main(double seconds)
     if (samples < 3)
         samples = 3;
     size_t *rss = calloc((size_t)samples, sizeof *rss);
-    printf("soak: %d threads for %d s (RSS and mapped, KiB, once a second)\n", SOAK_THREADS, samples);
+    printf("soak: %d threads for %d s (RSS and mapped, KiB, once a second)\n", SOAK_THREADS,
+           samples);
     for (int i = 0; i < samples; i++) {
         sleep(1);
         cmalloc_stats stats;

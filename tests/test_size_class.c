@@ -49,7 +49,8 @@ static void spans_and_batches_follow_the_rules(void **state)
         assert_true(info->objects >= 1);
         assert_true(info->pages < 256); /* the pagemap keeps a page's place in its span in a byte */
         for (uint64_t offset = 0; offset < 4 * (uint64_t)info->size; offset += 16)
-            assert_int_equal(offset * info->divisor_magic < info->divisor_magic, offset % info->size == 0);
+            assert_int_equal(offset * info->divisor_magic < info->divisor_magic,
+                             offset % info->size == 0);
         assert_int_equal(info->objects, span / info->size);
         assert_true((span - (size_t)info->objects * info->size) * 8 <= span); /* tail waste */
         assert_true(info->batch >= 2 && info->batch <= CM_BATCH_MAX);

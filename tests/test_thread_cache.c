@@ -11,7 +11,11 @@
 #include "internal.h"
 
 /* cmocka's asserts must run on the main thread: workers return the first failed check. */
-#define CHECK(condition) do { if (!(condition)) return (void *)#condition; } while (0)
+#define CHECK(condition)               \
+    do {                               \
+        if (!(condition))              \
+            return (void *)#condition; \
+    } while (0)
 
 static void run_checked(void *(*body)(void *))
 {

@@ -216,8 +216,8 @@ static void *random_worker(void *argp)
                     const unsigned char *b = q;
                     for (size_t k = sizeof(uint64_t); k < common; k++)
                         if (b[k] != (unsigned char)(tag[i] & 0xff)) {
-                            worker_error("thread %d: realloc(%zu -> %zu) lost byte %zu",
-                                         arg->index, size[i], n, k);
+                            worker_error("thread %d: realloc(%zu -> %zu) lost byte %zu", arg->index,
+                                         size[i], n, k);
                             return NULL;
                         }
                     tag[i] = rng_next(&rng);
@@ -243,8 +243,7 @@ static void *random_worker(void *argp)
                 const unsigned char *b = p;
                 for (size_t k = 0; k < n; k++)
                     if (b[k] != 0) {
-                        worker_error("thread %d: calloc(%zu) byte %zu not zero", arg->index, n,
-                                     k);
+                        worker_error("thread %d: calloc(%zu) byte %zu not zero", arg->index, n, k);
                         return NULL;
                     }
             }
@@ -338,8 +337,13 @@ static struct {
     struct message ring[QUEUE_CAP];
     size_t head, count;
     int producers_left;
-} queue = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-           {{0, 0, NULL}}, 0, 0, 0};
+} queue = {PTHREAD_MUTEX_INITIALIZER,
+           PTHREAD_COND_INITIALIZER,
+           PTHREAD_COND_INITIALIZER,
+           {{0, 0, NULL}},
+           0,
+           0,
+           0};
 
 static void queue_push(const struct message *m, int n)
 {
@@ -581,8 +585,7 @@ static void test_short_lived_threads(void **state)
                  start.bytes_in_use, end.bytes_in_use);
     /* The thread caches of exited threads are gone (flushed at thread exit). */
     if (end.thread_caches > 8)
-        fail_msg("%zu live thread caches after every short-lived thread exited",
-                 end.thread_caches);
+        fail_msg("%zu live thread caches after every short-lived thread exited", end.thread_caches);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -663,8 +666,8 @@ static void test_malloc_in_thread_exit_destructors(void **state)
     cmalloc_stats after = stats_now();
     pthread_key_delete(late_key);
     int runs = atomic_load(&late_destructor_runs);
-    print_message("  %d destructor runs; bytes_in_use %zu -> %zu, live thread caches %zu\n",
-                  runs, before.bytes_in_use, after.bytes_in_use, after.thread_caches);
+    print_message("  %d destructor runs; bytes_in_use %zu -> %zu, live thread caches %zu\n", runs,
+                  before.bytes_in_use, after.bytes_in_use, after.thread_caches);
     if (runs != EXIT_THREADS * EXIT_ROUNDS)
         fail_msg("%d destructor runs, expected %d", runs, EXIT_THREADS * EXIT_ROUNDS);
     if (after.bytes_in_use > before.bytes_in_use + 1 * MiB)
@@ -703,8 +706,8 @@ static void *busy_worker(void *argp)
         uint64_t r = rng_next(&rng);
         int i = (int)(r % 64);
         free(slot[i]);
-        size_t n = (r >> 8) % 1000 == 0 ? (size_t)((r >> 20) % (3 * MiB))
-                                        : (size_t)((r >> 20) % 8192);
+        size_t n =
+            (r >> 8) % 1000 == 0 ? (size_t)((r >> 20) % (3 * MiB)) : (size_t)((r >> 20) % 8192);
         slot[i] = (r >> 6) % 8 == 0 ? calloc(1, n) : malloc(n);
         if (slot[i] != NULL)
             memset(slot[i], 0x77, n < 256 ? n : 256);

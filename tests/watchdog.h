@@ -27,8 +27,10 @@ static void *watchdog(void *arg)
     while (nanosleep(&left, &left) != 0)
         ;
     char text[160];
-    int n = snprintf(text, sizeof text, "%s: watchdog: still running after %u s, a deadlock? "
-                     "(exiting)\n", watchdog_name, seconds);
+    int n = snprintf(text, sizeof text,
+                     "%s: watchdog: still running after %u s, a deadlock? "
+                     "(exiting)\n",
+                     watchdog_name, seconds);
     if (write(2, text, (size_t)n) < 0)
         n = 0;
     if (watchdog_child > 0)

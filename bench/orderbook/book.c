@@ -33,56 +33,56 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK_BITS 10
+#define CHUNK_BITS   10
 #define CHUNK_LEVELS (1 << CHUNK_BITS)
-#define CHUNK_WORDS (CHUNK_LEVELS / 64)
+#define CHUNK_WORDS  (CHUNK_LEVELS / 64)
 
 #define ASK_EMPTY INT64_MAX
 #define BID_EMPTY INT64_C(0)
 
 typedef struct ob_level {
-    ob_order *head;  /* oldest, matched first */
-    ob_order *tail;  /* newest */
+    ob_order *head; /* oldest, matched first */
+    ob_order *tail; /* newest */
 } ob_level;
 
 typedef struct ob_chunk {
-    uint64_t summary;              /* bit w set <=> words[w] != 0 */
-    uint64_t words[CHUNK_WORDS];   /* bit i of words[w] set <=> levels[64 w + i].head != NULL */
+    uint64_t summary;            /* bit w set <=> words[w] != 0 */
+    uint64_t words[CHUNK_WORDS]; /* bit i of words[w] set <=> levels[64 w + i].head != NULL */
     ob_level levels[CHUNK_LEVELS];
 } ob_chunk;
 
 typedef struct ob_ladder {
-    ob_chunk **chunks;     /* chunk_count entries, NULL until first used */
-    uint64_t *chunk_bits;  /* chunk_count bits: chunk non-empty */
-    int64_t first_chunk;   /* price / CHUNK_LEVELS of chunks[0]; a multiple of 64 */
-    size_t chunk_count;    /* a multiple of 64 (0 before the first order) */
-    int64_t best;          /* best occupied price or BID_EMPTY / ASK_EMPTY */
+    ob_chunk **chunks;    /* chunk_count entries, NULL until first used */
+    uint64_t *chunk_bits; /* chunk_count bits: chunk non-empty */
+    int64_t first_chunk;  /* price / CHUNK_LEVELS of chunks[0]; a multiple of 64 */
+    size_t chunk_count;   /* a multiple of 64 (0 before the first order) */
+    int64_t best;         /* best occupied price or BID_EMPTY / ASK_EMPTY */
 } ob_ladder;
 
 typedef struct map_slot {
-    int64_t id;            /* -1: empty */
+    int64_t id; /* -1: empty */
     ob_order *order;
 } map_slot;
 
 typedef struct ob_map {
     map_slot *slots;
-    size_t mask;           /* capacity - 1 */
-    size_t count;          /* count * 2 <= capacity */
-    unsigned shift;        /* 64 - log2(capacity) */
+    size_t mask;    /* capacity - 1 */
+    size_t count;   /* count * 2 <= capacity */
+    unsigned shift; /* 64 - log2(capacity) */
 } ob_map;
 
 typedef struct ob_idset {
-    uint64_t *dense;       /* bit id set for used ids < dense_bits */
-    uint64_t dense_bits;   /* a multiple of 64 */
-    int64_t *sparse;       /* open addressing, -1 empty: used ids that were >= dense_bits */
+    uint64_t *dense;     /* bit id set for used ids < dense_bits */
+    uint64_t dense_bits; /* a multiple of 64 */
+    int64_t *sparse;     /* open addressing, -1 empty: used ids that were >= dense_bits */
     size_t sparse_mask;
     size_t sparse_count;
 } ob_idset;
 
 struct ob_book {
-    ob_ladder sides[2];    /* [OB_BUY] bids, [OB_SELL] asks */
-    ob_map map;            /* resting orders by id */
-    ob_idset used;         /* ids of accepted A and M messages */
+    ob_ladder sides[2]; /* [OB_BUY] bids, [OB_SELL] asks */
+    ob_map map;         /* resting orders by id */
+    ob_idset used;      /* ids of accepted A and M messages */
     ob_trades *trades;
     ob_allocator allocator; /* alloc == NULL: malloc/free */
     size_t resting;
@@ -333,7 +333,8 @@ static void ladder_reserve_slow(ob_ladder *l, int64_t price) __attribute__((noin
 static void ladder_reserve_slow(ob_ladder *l, int64_t price)
 {
     int64_t c = price >> CHUNK_BITS;
-    if (l->chunk_count == 0 || c < l->first_chunk || c >= l->first_chunk + (int64_t)l->chunk_count) {
+    if (l->chunk_count == 0 || c < l->first_chunk ||
+        c >= l->first_chunk + (int64_t)l->chunk_count) {
         int64_t lo = c & ~INT64_C(63), hi = lo + 64; /* new range [lo, hi) in chunks */
         if (l->chunk_count) {
             int64_t old_hi = l->first_chunk + (int64_t)l->chunk_count;
@@ -632,14 +633,10 @@ int ob_book_apply(ob_book *b, const ob_msg *m, ob_order *given)
 {
     switch (m->type) {
     case OB_ADD:
-    case OB_MARKET:
-        return apply_new(b, m, given);
-    case OB_CANCEL:
-        return apply_cancel(b, m);
-    case OB_REPLACE:
-        return apply_replace(b, m);
-    default:
-        abort(); /* the parser lets no other type through */
+    case OB_MARKET: return apply_new(b, m, given);
+    case OB_CANCEL: return apply_cancel(b, m);
+    case OB_REPLACE: return apply_replace(b, m);
+    default: abort(); /* the parser lets no other type through */
     }
 }
 
@@ -678,7 +675,10 @@ void ob_book_destroy(ob_book *b)
     free(b);
 }
 
-size_t ob_book_resting(const ob_book *b) { return b->resting; }
+size_t ob_book_resting(const ob_book *b)
+{
+    return b->resting;
+}
 
 const ob_order *ob_book_find(const ob_book *b, int64_t id)
 {

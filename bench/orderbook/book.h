@@ -26,12 +26,12 @@ enum ob_type { OB_ADD = 'A', OB_MARKET = 'M', OB_CANCEL = 'C', OB_REPLACE = 'R' 
 enum ob_side { OB_BUY = 0, OB_SELL = 1 };
 
 typedef struct ob_msg {
-    int64_t id;     /* order id: A and M create it, C and R name a resting one */
-    int64_t price;  /* ticks; A and R only (0 otherwise) */
-    int64_t qty;    /* A, M and R (0 for C) */
-    uint8_t type;   /* enum ob_type */
-    uint8_t side;   /* enum ob_side; A and M only */
-    uint32_t line;  /* line in the source file, for messages about it */
+    int64_t id;    /* order id: A and M create it, C and R name a resting one */
+    int64_t price; /* ticks; A and R only (0 otherwise) */
+    int64_t qty;   /* A, M and R (0 for C) */
+    uint8_t type;  /* enum ob_type */
+    uint8_t side;  /* enum ob_side; A and M only */
+    uint32_t line; /* line in the source file, for messages about it */
 } ob_msg;
 
 /* What ob_book_apply says about one message: OB_OK or the reason it was rejected. A rejected
@@ -50,9 +50,9 @@ const char *ob_result_name(int result); /* "ok", "duplicate_id", ... (used as su
 /* ---- trades: a ring written by the matcher, drained between messages ------------------- */
 
 typedef struct ob_trade {
-    int64_t taker;  /* id of the incoming order */
-    int64_t maker;  /* id of the resting order */
-    int64_t price;  /* the resting order's price */
+    int64_t taker; /* id of the incoming order */
+    int64_t maker; /* id of the resting order */
+    int64_t price; /* the resting order's price */
     int64_t qty;
 } ob_trade;
 
@@ -60,16 +60,19 @@ typedef struct ob_trade {
  * messages. It doubles when a single message fills it, so no trade is ever lost.
  * Invariant: tail - head <= mask + 1. */
 typedef struct ob_trades {
-    ob_trade *slots;  /* mask + 1 slots */
-    size_t mask;      /* capacity - 1, capacity a power of two */
-    size_t head;      /* next to pop (free-running) */
-    size_t tail;      /* next to push (free-running) */
+    ob_trade *slots; /* mask + 1 slots */
+    size_t mask;     /* capacity - 1, capacity a power of two */
+    size_t head;     /* next to pop (free-running) */
+    size_t tail;     /* next to push (free-running) */
 } ob_trades;
 
 void ob_trades_init(ob_trades *ring, size_t capacity);
 void ob_trades_destroy(ob_trades *ring);
 void ob_trades_grow_slow(ob_trades *ring);
-static inline size_t ob_trades_count(const ob_trades *ring) { return ring->tail - ring->head; }
+static inline size_t ob_trades_count(const ob_trades *ring)
+{
+    return ring->tail - ring->head;
+}
 static inline void ob_trades_push(ob_trades *ring, int64_t taker, int64_t maker, int64_t price,
                                   int64_t qty)
 {
@@ -105,12 +108,12 @@ static inline uint64_t ob_checksum_trade(uint64_t h, const ob_trade *t)
 
 /* A resting order: one allocation, linked into its price level's FIFO. */
 typedef struct ob_order {
-    struct ob_order *next;  /* toward the back of the level (later arrivals) */
-    struct ob_order *prev;  /* toward the front */
+    struct ob_order *next; /* toward the back of the level (later arrivals) */
+    struct ob_order *prev; /* toward the front */
     int64_t id;
     int64_t price;
-    int64_t qty;            /* remaining; > 0 while resting */
-    uint8_t side;           /* enum ob_side */
+    int64_t qty;  /* remaining; > 0 while resting */
+    uint8_t side; /* enum ob_side */
 } ob_order;
 
 /* Where orders come from. alloc == NULL means malloc/free; otherwise alloc(ctx) returns an
@@ -135,9 +138,9 @@ void ob_book_destroy(ob_book *book);
 int ob_book_apply(ob_book *book, const ob_msg *msg, ob_order *given);
 
 /* Counters and inspection (for the summary and the tests). */
-size_t ob_book_resting(const ob_book *book);          /* orders resting now */
+size_t ob_book_resting(const ob_book *book);                   /* orders resting now */
 const ob_order *ob_book_find(const ob_book *book, int64_t id); /* resting order or NULL */
-int64_t ob_book_best(const ob_book *book, int side);  /* best price, 0 if that side is empty */
+int64_t ob_book_best(const ob_book *book, int side); /* best price, 0 if that side is empty */
 /* Calls fn for each resting order of side, best price first, FIFO within a level. */
 void ob_book_each(const ob_book *book, int side, void (*fn)(const ob_order *, void *), void *arg);
 /* Checks the book's invariants (links, bitmaps, best prices, map); returns 0 when they hold. */
@@ -207,13 +210,13 @@ typedef struct ob_replay_options {
 } ob_replay_options;
 
 typedef struct ob_replay_result {
-    uint64_t messages;       /* per book */
-    uint64_t trades;         /* per book */
-    uint64_t rejects;        /* per book */
+    uint64_t messages; /* per book */
+    uint64_t trades;   /* per book */
+    uint64_t rejects;  /* per book */
     uint64_t rejects_by_reason[OB_RESULT_COUNT];
-    uint64_t resting;        /* per book, at the end */
-    uint64_t checksum;       /* of book 0's trades (every book must agree) */
-    double seconds;          /* wall time of the replay, all books in parallel */
+    uint64_t resting;           /* per book, at the end */
+    uint64_t checksum;          /* of book 0's trades (every book must agree) */
+    double seconds;             /* wall time of the replay, all books in parallel */
     double messages_per_second; /* messages * books / seconds */
     double ns_p50, ns_p90, ns_p99, ns_p999, ns_max; /* per message, all books merged */
 } ob_replay_result;

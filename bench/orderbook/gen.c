@@ -34,7 +34,10 @@ static uint64_t next_u64(rng *r) /* splitmix64 */
     return z ^ (z >> 31);
 }
 
-static uint64_t below(rng *r, uint64_t n) { return n ? next_u64(r) % n : 0; }
+static uint64_t below(rng *r, uint64_t n)
+{
+    return n ? next_u64(r) % n : 0;
+}
 
 typedef struct generator {
     rng rng;
@@ -43,7 +46,7 @@ typedef struct generator {
     int64_t mid;
     int64_t next_id;
     int depth;
-    int64_t *live;     /* ids that rested when added; some may since have gone */
+    int64_t *live; /* ids that rested when added; some may since have gone */
     size_t live_count;
     size_t live_capacity;
     FILE *out;
@@ -100,9 +103,7 @@ static void emit(generator *g, const ob_msg *m)
         fprintf(g->out, "M,%lld,%c,%lld\n", (long long)m->id, m->side == OB_BUY ? 'B' : 'S',
                 (long long)m->qty);
         break;
-    case OB_CANCEL:
-        fprintf(g->out, "C,%lld\n", (long long)m->id);
-        break;
+    case OB_CANCEL: fprintf(g->out, "C,%lld\n", (long long)m->id); break;
     default:
         fprintf(g->out, "R,%lld,%lld,%lld\n", (long long)m->id, (long long)m->price,
                 (long long)m->qty);

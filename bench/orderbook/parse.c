@@ -95,7 +95,10 @@ static int push(ob_stream *out, const ob_msg *m)
     return 0;
 }
 
-static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+static int is_blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r';
+}
 
 static field trim(const char *a, const char *b)
 {
@@ -106,8 +109,8 @@ static field trim(const char *a, const char *b)
     return (field){a, (size_t)(b - a)};
 }
 
-static int parse_line(const char *p, const char *end, const char *name, size_t line,
-                      ob_stream *out, char *err, size_t err_size)
+static int parse_line(const char *p, const char *end, const char *name, size_t line, ob_stream *out,
+                      char *err, size_t err_size)
 {
     const char *hash = memchr(p, '#', (size_t)(end - p));
     if (hash)
@@ -167,8 +170,7 @@ static int parse_line(const char *p, const char *end, const char *name, size_t l
             number(f[3], "qty", &m.qty, err, err_size, name, line))
             return -1;
         break;
-    default:
-        break;
+    default: break;
     }
     if (push(out, &m)) {
         snprintf(err, err_size, "%s:%zu: out of memory", name, line);

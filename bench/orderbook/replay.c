@@ -31,8 +31,8 @@
 #include <string.h>
 #include <time.h>
 
-#define DRAIN_AT 4096
-#define QUEUE_SLOTS 4096 /* a power of two */
+#define DRAIN_AT     4096
+#define QUEUE_SLOTS  4096 /* a power of two */
 #define POOL_RESERVE 4096 /* orders a book's pool holds before it first grows */
 
 typedef struct pool_api {
@@ -50,15 +50,22 @@ static int pool_lookup(void)
      * cmalloc has the older two-argument create, which must not be called with three. */
     if (dlsym(RTLD_DEFAULT, "cmalloc_pool_in_use") == NULL)
         return -1;
-    pool_fns.create = (cmalloc_pool * (*)(size_t, size_t, unsigned)) dlsym(RTLD_DEFAULT, "cmalloc_pool_create");
+    pool_fns.create =
+        (cmalloc_pool * (*)(size_t, size_t, unsigned)) dlsym(RTLD_DEFAULT, "cmalloc_pool_create");
     pool_fns.alloc = (void *(*)(cmalloc_pool *))dlsym(RTLD_DEFAULT, "cmalloc_pool_alloc");
     pool_fns.release = (void (*)(cmalloc_pool *, void *))dlsym(RTLD_DEFAULT, "cmalloc_pool_free");
     pool_fns.destroy = (void (*)(cmalloc_pool *))dlsym(RTLD_DEFAULT, "cmalloc_pool_destroy");
     return pool_fns.create && pool_fns.alloc && pool_fns.release && pool_fns.destroy ? 0 : -1;
 }
 
-static void *pool_alloc(void *ctx) { return pool_fns.alloc(ctx); }
-static void pool_release(void *ctx, void *object) { pool_fns.release(ctx, object); }
+static void *pool_alloc(void *ctx)
+{
+    return pool_fns.alloc(ctx);
+}
+static void pool_release(void *ctx, void *object)
+{
+    pool_fns.release(ctx, object);
+}
 
 typedef struct handoff {
     const ob_msg *msg;
@@ -92,8 +99,8 @@ typedef struct worker {
     pthread_barrier_t *start;
     ob_allocator allocator;
     cmalloc_pool *pool;
-    spsc_queue *queue;          /* --pipeline only */
-    FILE *trades_out;           /* book 0 with --trades only */
+    spsc_queue *queue; /* --pipeline only */
+    FILE *trades_out;  /* book 0 with --trades only */
     /* results */
     ob_histogram histogram;
     uint64_t trades, checksum, resting;
@@ -236,13 +243,14 @@ int ob_replay(const ob_stream *stream, const ob_replay_options *options, ob_repl
     memset(result, 0, sizeof(*result));
     if (options->use_pool && pool_lookup()) {
         fputs("orderbook: --alloc pool needs cmalloc's pool API (cmalloc_pool_create ...), which "
-              "is not loaded: run with LD_PRELOAD=build/libcmalloc.so\n", stderr);
+              "is not loaded: run with LD_PRELOAD=build/libcmalloc.so\n",
+              stderr);
         return 2;
     }
     FILE *trades_out = NULL;
     if (options->trades_path) {
-        trades_out = strcmp(options->trades_path, "-") == 0 ? stdout
-                                                            : fopen(options->trades_path, "w");
+        trades_out =
+            strcmp(options->trades_path, "-") == 0 ? stdout : fopen(options->trades_path, "w");
         if (!trades_out) {
             perror(options->trades_path);
             return 2;
@@ -289,7 +297,8 @@ int ob_replay(const ob_stream *stream, const ob_replay_options *options, ob_repl
     for (int b = 0; b < books; b++) {
         worker *w = &workers[b];
         if (pthread_create(&threads[b * per_book], NULL, matcher_main, w) ||
-            (options->pipeline && pthread_create(&threads[b * per_book + 1], NULL, gateway_main, w))) {
+            (options->pipeline &&
+             pthread_create(&threads[b * per_book + 1], NULL, gateway_main, w))) {
             fputs("orderbook: cannot start threads\n", stderr);
             exit(2);
         }
