@@ -33,7 +33,7 @@ build() { # build NAME COMPILER FLAGS...: tests/programs/NAME.* -> build/tests/p
 build_all() {
     $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/atfork_lib.c" -o "$out/libatfork_lib.so" &&
     build atfork_main "$CC" -Wl,--no-as-needed -L"$out" -latfork_lib -Wl,-rpath,"$out" &&
-    for name in threads_join join_user_stack fork_stdio fork_in_signal; do
+    for name in threads_join join_user_stack fork_stdio fork_in_signal big_tls; do
         build "$name" "$CC" || return 1
     done &&
     if command -v "$CXX" >/dev/null 2>&1; then build nothrow_handler "$CXX"; fi
@@ -64,7 +64,7 @@ run() { # run NAME: once plain, then REPEAT times under cmalloc
 }
 
 if [ $# -gt 0 ]; then names="$*"; else
-    names="threads_join join_user_stack fork_stdio fork_in_signal atfork_main nothrow_handler"
+    names="threads_join join_user_stack fork_stdio fork_in_signal atfork_main nothrow_handler big_tls"
 fi
 for name in $names; do run "$name"; done
 [ "$failures" -eq 0 ] || { echo "test_user_programs: $failures program(s) failed"; exit 1; }
