@@ -95,7 +95,9 @@ void cm_os_release(void *address, size_t size)
  * until cm_os_protect opens a page. Not counted as mapped. NULL when refused. */
 void *cm_os_reserve(size_t size)
 {
+    ERRNO_KEEP;
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ERRNO_RESTORE;
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -105,14 +107,20 @@ void *cm_os_reserve(size_t size)
  * open and a close here). */
 bool cm_os_separate(void *address, size_t size)
 {
-    return mmap(address, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
-           address;
+    ERRNO_KEEP;
+    bool done =
+        mmap(address, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == address;
+    ERRNO_RESTORE;
+    return done;
 }
 
 /* Opens pages for reading and writing, or closes them so that any touch faults. */
 bool cm_os_protect(void *address, size_t size, bool accessible)
 {
-    return mprotect(address, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+    ERRNO_KEEP;
+    bool done = mprotect(address, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+    ERRNO_RESTORE;
+    return done;
 }
 
 /* Grows or shrinks a mapping where it lies; false when the pages after it are taken. */

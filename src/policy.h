@@ -31,7 +31,9 @@
 #define CM_SPAN_WASTE_DIVISOR 8
 /* A batch (objects per fill or flush between a thread and the central cache) is about this
  * many bytes, clamped to [CM_BATCH_MIN, CM_BATCH_MAX] objects. Larger batches (64 objects)
- * were measured: producer/consumer 1.2-1.5x faster, larson, mstress and server 0.6-0.8x. */
+ * were measured: producer/consumer 1.2-1.5x faster, larson, mstress and server 0.6-0.8x
+ * (scripts/bench-matrix.sh --reps 3 --seconds 0.4 --threads 1,2,4 --extra b64=<a build with
+ * CM_BATCH_MAX 64> --allocators cmalloc,b64 --workloads xmalloc,larson,mstress,server). */
 #define CM_BATCH_BYTES        ((size_t)64 << 10)
 #define CM_BATCH_MIN          2
 #define CM_BATCH_MAX          32

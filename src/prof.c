@@ -528,8 +528,8 @@ static void charge_list(sampler *s, unsigned size_class)
         cut_list(cache, size_class, (uint32_t)keep);
 }
 
-#define REFUSALS_MAX 64 /* frees of a pending class kept off its list before giving the point up \
-                         */
+/* Frees of a pending class kept off its list before giving the point up. */
+#define REFUSALS_MAX 64
 
 /* Whether a countdown runs out on a freed object of size_class (about to be charged as a
  * future allocation), or the class already waits for its sampled allocation. */
@@ -880,14 +880,19 @@ CM_EXPORT int cmalloc_prof_dump(const char *path)
         errno = EINVAL; /* nothing sampled: CMALLOC_PROF is off */
         return -1;
     }
+    /* Not a cancellation point (open, read and write are, and prof_lock is held across them):
+     * a thread cancelled in the middle would leave the lock held for good. */
+    int cancel_state, result = -1;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -1;
-    thread_sampler.busy++;
-    int result = write_profile(fd);
-    thread_sampler.busy--;
-    if (close(fd) != 0)
-        result = -1;
+    if (fd >= 0) {
+        thread_sampler.busy++;
+        result = write_profile(fd);
+        thread_sampler.busy--;
+        if (close(fd) != 0)
+            result = -1;
+    }
+    pthread_setcancelstate(cancel_state, NULL);
     return result;
 }
 
@@ -913,7 +918,7 @@ static void dump_on_signal(void)
     if (name.length >= sizeof name.text)
         return;
     name.text[name.length] = '\0';
-    int saved = errno;
+    int saved = errno; /* inside malloc: errno comes out as it went in */
     cmalloc_prof_dump(name.text);
     errno = saved;
 }

@@ -21,9 +21,8 @@
 #define CM_SMALL_STEP_MAX 1024                /* below this, class lookup in 16 B steps */
 #define CM_HEAP_LISTS     128                 /* page heap: exact lists for 1..128 pages */
 #define CM_ADDRESS_BITS   48                  /* user-space virtual addresses */
-#define CM_REQUEST_MAX                                                     \
-    ((size_t)1 << (CM_ADDRESS_BITS - 1)) /* no user address space has room \
-                                   for more: larger requests fail at once */
+/* No user address space has room for more: larger requests fail at once. */
+#define CM_REQUEST_MAX    ((size_t)1 << (CM_ADDRESS_BITS - 1))
 
 /* ---- locks (the only lock type; see os.c for the platform side) --------------------------- */
 typedef pthread_mutex_t cm_lock;
