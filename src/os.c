@@ -5,13 +5,15 @@
  * Called by every layer; holds no lock of its own. Nothing here calls malloc: no stdio, no
  * getenv, no dlsym. Mappings are aligned to at least one cmalloc page (8 KiB) because the
  * pagemap works in 8 KiB pages and the kernel only promises 4 KiB.
- * errno: every function here leaves it as it found it, so no entry point changes errno except
- * where an allocation fails and alloc.c sets ENOMEM (POSIX: free and the rest never touch it).
+ * errno: every function here but cm_os_open leaves it as it found it, so no entry point changes
+ * errno except where an allocation fails and error.c's cm_out_of_memory sets ENOMEM (POSIX: free
+ * and the rest never touch it).
  */
 #define _GNU_SOURCE
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -233,8 +235,8 @@ bool cm_os_thread_alive(int tid)
 }
 
 /* Not a cancellation point, unlike write(2): a thread with a pending cancel still gets its
- * report or malloc_stats out, as with glibc. */
-void cm_os_write(int fd, const char *text, size_t length)
+ * report or malloc_stats out, as with glibc. True when every byte was written. */
+bool cm_os_write(int fd, const char *text, size_t length)
 {
     ERRNO_KEEP;
     int cancel_state;
@@ -251,6 +253,37 @@ void cm_os_write(int fd, const char *text, size_t length)
     }
     pthread_setcancelstate(cancel_state, NULL);
     ERRNO_RESTORE;
+    return length == 0;
+}
+
+/* ---- files (the profiler's dumps and /proc/self/maps) ---------------------------------------
+ * Opened close-on-exec. cm_os_open is the one function here that reports through errno: its
+ * failure is what cmalloc_prof_dump returns to the program. */
+int cm_os_open(const char *path, bool for_writing)
+{
+    return open(path, for_writing ? O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC : O_RDONLY | O_CLOEXEC,
+                0644);
+}
+
+/* Up to capacity bytes; 0 at the end of the file or on an error. */
+size_t cm_os_read(int fd, void *buffer, size_t capacity)
+{
+    ERRNO_KEEP;
+    ssize_t n;
+    do
+        n = read(fd, buffer, capacity);
+    while (n < 0 && errno == EINTR);
+    ERRNO_RESTORE;
+    return n > 0 ? (size_t)n : 0;
+}
+
+/* False when the file could not be closed cleanly (a written file may have lost data). */
+bool cm_os_close(int fd)
+{
+    ERRNO_KEEP;
+    bool done = close(fd) == 0;
+    ERRNO_RESTORE;
+    return done;
 }
 
 /* ---- locks ---------------------------------------------------------------------------------

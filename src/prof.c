@@ -47,7 +47,7 @@
  * Output: the profile (cmalloc_prof_dump, CMALLOC_PROF_DUMP at exit, CMALLOC_PROF_SIGNAL) is
  * pprof's legacy heap-profile text followed by /proc/self/maps; the leak report
  * (CMALLOC_PROF_LEAKS) is text symbolised with dladdr. The signal handler only sets a flag; the
- * next sampling slow path writes the file. Output is formatted on the stack, written with write.
+ * next sampling slow path writes the file. Output is formatted on the stack, written through os.c.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -55,12 +55,10 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <unwind.h>
 
 #define STACK_DEPTH       32
@@ -768,8 +766,7 @@ static void put_bytes(writer *w, const char *bytes, size_t length)
 {
     while (length > 0) {
         if (w->length == sizeof w->buffer) {
-            if (write(w->fd, w->buffer, w->length) != (ssize_t)w->length)
-                w->failed = true;
+            w->failed |= !cm_os_write(w->fd, w->buffer, w->length);
             w->length = 0;
         }
         size_t n = sizeof w->buffer - w->length < length ? sizeof w->buffer - w->length : length;
@@ -861,16 +858,15 @@ static int write_profile(int fd)
     /* The mappings let pprof find each address's object file and symbolise it. */
     cm_message_str(&m, "\nMAPPED_LIBRARIES:\n");
     put(&w, &m);
-    int maps = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int maps = cm_os_open("/proc/self/maps", false);
     if (maps >= 0) {
         char chunk[1024];
-        ssize_t n;
-        while ((n = read(maps, chunk, sizeof chunk)) > 0)
-            put_bytes(&w, chunk, (size_t)n);
-        close(maps);
+        size_t n;
+        while ((n = cm_os_read(maps, chunk, sizeof chunk)) > 0)
+            put_bytes(&w, chunk, n);
+        cm_os_close(maps);
     }
-    if (w.length > 0 && write(fd, w.buffer, w.length) != (ssize_t)w.length)
-        w.failed = true;
+    w.failed |= !cm_os_write(fd, w.buffer, w.length);
     return w.failed ? -1 : 0;
 }
 
@@ -880,17 +876,19 @@ CM_EXPORT int cmalloc_prof_dump(const char *path)
         errno = EINVAL; /* nothing sampled: CMALLOC_PROF is off */
         return -1;
     }
-    /* Not a cancellation point (open, read and write are, and prof_lock is held across them):
-     * a thread cancelled in the middle would leave the lock held for good. */
+    /* Not a cancellation point (open and read are, and prof_lock is held across them): a
+     * thread cancelled in the middle would leave the lock held for good. */
     int cancel_state, result = -1;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = cm_os_open(path, true);
     if (fd >= 0) {
         thread_sampler.busy++;
         result = write_profile(fd);
         thread_sampler.busy--;
-        if (close(fd) != 0)
+        if (!cm_os_close(fd))
             result = -1;
+        if (result != 0)
+            errno = EIO; /* the file is incomplete */
     }
     pthread_setcancelstate(cancel_state, NULL);
     return result;
@@ -911,7 +909,7 @@ static void dump_on_signal(void)
     cm_message name = {.length = 0};
     cm_message_str(&name, cm_option.prof_dump ? cm_option.prof_dump : "cmalloc");
     cm_message_str(&name, ".");
-    cm_message_uint(&name, (uint64_t)getpid());
+    cm_message_uint(&name, (uint64_t)cm_os_process_id());
     cm_message_str(&name, ".");
     cm_message_uint(&name, __atomic_fetch_add(&dump_sequence, 1, __ATOMIC_RELAXED));
     cm_message_str(&name, ".heap");
