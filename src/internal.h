@@ -5,7 +5,7 @@
  * Lock order (outer first); fork handlers take them in this order too, after glibc's stdio
  * list lock (os.c):
  *   pools -> a THREAD_SAFE pool -> thread-cache registry -> central cache[1..n] -> page heap
- *   -> pagemap -> metadata
+ *   -> span structs -> pagemap -> metadata
  * check.c's quarantine lock is never held while taking another; fork takes it before the
  * registry.
  * prof.c's and guard.c's locks are taken alone too; fork takes them after the pools' locks.
@@ -120,10 +120,8 @@ void cm_options_print(int fd);
  * the value is the option's keyword value (else NULL). */
 bool cm_option_at(unsigned index, const char **name, int64_t *value, const char **keyword);
 
-/* metadata.c: internal memory that never comes from malloc */
+/* metadata.c: internal memory that never comes from malloc (zeroed, never freed) */
 void *cm_metadata_alloc(size_t size);
-cm_span *cm_span_new(void);
-void cm_span_delete(cm_span *span);
 size_t cm_metadata_bytes(void);
 void cm_metadata_fork(int phase);
 
@@ -184,7 +182,9 @@ static inline void *cm_span_start(const cm_span *span)
     return (void *)(span->page << CM_PAGE_SHIFT);
 }
 
-/* page_heap.c */
+/* page_heap.c: spans of pages, and the span structs themselves */
+cm_span *cm_span_new(void);
+void cm_span_delete(cm_span *span);
 cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_class);
 void cm_page_heap_free(cm_span *span);
 void cm_page_heap_free_released(cm_span *span);

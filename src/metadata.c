@@ -1,19 +1,16 @@
 /* metadata.c - memory for cmalloc's own structures (spans, thread caches), never from malloc.
  *
- * A bump allocator over 64 KiB chunks from the OS, plus a free list of span structs so spans
- * are recycled. Nothing allocated here is ever unmapped. Lock: metadata_lock, the innermost
- * lock of all (see internal.h), guards the chunk, the span free list and the byte count.
+ * A bump allocator over 64 KiB chunks from the OS; its users recycle what they free themselves
+ * (page_heap.c keeps dead span structs). Nothing allocated here is ever unmapped. Lock:
+ * metadata_lock, the innermost lock of all (see internal.h), guards the chunk and the byte count.
  */
 #include "internal.h"
-
-#include <string.h>
 
 #define CHUNK_SIZE ((size_t)64 << 10)
 
 static cm_lock metadata_lock = CM_LOCK_INIT;
 static char *chunk_next; /* first free byte of the current chunk */
 static char *chunk_end;
-static cm_span *spare_spans;  /* dead spans, linked through next */
 static size_t metadata_bytes; /* total taken from the OS */
 
 /* Returns zeroed memory aligned to 64 bytes, or NULL when the OS refuses. */
@@ -41,30 +38,6 @@ void *cm_metadata_alloc(size_t size)
     void *p = bump_locked(size);
     cm_lock_release(&metadata_lock);
     return p;
-}
-
-cm_span *cm_span_new(void)
-{
-    cm_lock_acquire(&metadata_lock);
-    cm_span *span = spare_spans;
-    if (span != NULL)
-        spare_spans = span->next;
-    else
-        span = bump_locked(sizeof *span);
-    cm_lock_release(&metadata_lock);
-    if (span != NULL)
-        memset(span, 0, sizeof *span);
-    return span;
-}
-
-void cm_span_delete(cm_span *span)
-{
-    span->state = CM_SPAN_DEAD;
-    span->size_class = 0;
-    cm_lock_acquire(&metadata_lock);
-    span->next = spare_spans;
-    spare_spans = span;
-    cm_lock_release(&metadata_lock);
 }
 
 size_t cm_metadata_bytes(void)

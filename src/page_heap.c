@@ -15,8 +15,14 @@
  * whenever the heap is entered, or at once by cm_page_heap_release (which background.c's
  * release thread also calls). When the OS refuses memory, cm_page_heap_unmap_free unmaps every
  * free span so that the retry can succeed.
+ * Span structs: cm_span_new and cm_span_delete recycle them through spare_spans (its own lock,
+ * span_struct_lock, taken inside the heap lock and outside metadata's, since alloc.c also makes
+ * and deletes LARGE and MAPPED spans without the heap lock). A dead span struct is never freed:
+ * a stale pagemap entry may still point at it, and it says DEAD.
  */
 #include "internal.h"
+
+#include <string.h>
 
 #define GROW_MIN_PAGES (CM_HEAP_GROW_MIN >> CM_PAGE_SHIFT)
 
@@ -30,6 +36,32 @@ static size_t released_pages; /* in FREE spans given back to the OS */
 static size_t large_pages;    /* in LARGE spans (allocations above the largest class) */
 static size_t large_count;    /* LARGE spans */
 static uint64_t last_release_scan_ms;
+static cm_lock span_struct_lock = CM_LOCK_INIT;
+static cm_span *spare_spans; /* dead span structs, linked through next */
+
+/* A zeroed span struct, or NULL when the OS refuses memory. */
+cm_span *cm_span_new(void)
+{
+    cm_lock_acquire(&span_struct_lock);
+    cm_span *span = spare_spans;
+    if (span != NULL)
+        spare_spans = span->next;
+    cm_lock_release(&span_struct_lock);
+    if (span == NULL)
+        return cm_metadata_alloc(sizeof *span); /* zeroed */
+    memset(span, 0, sizeof *span);
+    return span;
+}
+
+void cm_span_delete(cm_span *span)
+{
+    span->state = CM_SPAN_DEAD;
+    span->size_class = 0;
+    cm_lock_acquire(&span_struct_lock);
+    span->next = spare_spans;
+    spare_spans = span;
+    cm_lock_release(&span_struct_lock);
+}
 
 static cm_span **list_for(size_t pages)
 {
@@ -402,7 +434,15 @@ bool cm_page_heap_valid(void)
     return ok;
 }
 
+/* The span struct lock is taken alone or inside the heap lock: prepare takes it second and
+ * the parent and child release it first. */
 void cm_page_heap_fork(int phase)
 {
-    cm_lock_fork(&heap_lock, phase);
+    if (phase == CM_FORK_PREPARE) {
+        cm_lock_fork(&heap_lock, phase);
+        cm_lock_fork(&span_struct_lock, phase);
+    } else {
+        cm_lock_fork(&span_struct_lock, phase);
+        cm_lock_fork(&heap_lock, phase);
+    }
 }
