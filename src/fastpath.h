@@ -12,10 +12,12 @@
 /* ---- fast paths ----------------------------------------------------------------------------
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
  * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test, a table read, a pop (with a link check) and the
- * free mark cleared. free: a pagemap read of the class byte, an object-start test, the
- * double-free test (the free mark), a push, and a budget test.
- * Together 95 instructions per malloc+free pair with the caller's loop and PLT jumps;
+ * with no extra test. malloc: a size test, a table read, a pop (with a link check), the
+ * sampling countdown (prof.c: charges are 0 when sampling is off, so it never runs out) and
+ * the free mark cleared. free: a pagemap read of the class byte, an object-start test, the
+ * double-free test (the free mark), a length test and a push. No byte counts: a cache's bytes
+ * are bounded by its lists' max_length (thread_cache.c).
+ * Together 91 instructions per malloc+free pair with the caller's loop and PLT jumps;
  * tests/test_fastpath_budget.sh counts them with callgrind and fails above its budget.
  */
 static inline void *cm_alloc(size_t size)
@@ -25,11 +27,12 @@ static inline void *cm_alloc(size_t size)
         unsigned size_class = cm_size_class(size);
         cm_free_list *list = &cache->lists[size_class];
         void *object = list->head;
-        if (CM_LIKELY(object != NULL)) {
+        int64_t left = cache->sample_left - cm_sample_charge[size_class];
+        if (CM_LIKELY(left >= 0) && CM_LIKELY(object != NULL)) {
+            cache->sample_left = left;
             list->head = cm_link_next_checked(object);
             cm_object_hand_out(object);
             list->length--;
-            cache->size -= cm_classes[size_class].size;
             return object;
         }
     }
@@ -54,9 +57,6 @@ static inline void cm_free(void *p)
             cm_link_set_marked(p, list->head, mark);
             list->head = p;
             list->length++;
-            cache->size += info->size;
-            if (CM_UNLIKELY(cache->size > cache->max_size))
-                cm_thread_cache_scavenge(cache);
             return;
         }
     }

@@ -108,7 +108,6 @@ typedef struct cm_option_values {
     bool prof_leaks;           /* print the live samples by stack at exit */
     const char *prof_dump;     /* path for the profile written at exit, or NULL */
     const char *prof_signal;   /* signal name or number that asks for a profile, or NULL */
-    bool sample_exact;         /* sampling sees every free (prof.c parks the lists) */
     size_t guard_rate;         /* one small allocation in this many is guarded (guard.c); 0 off */
     size_t guard_slots;        /* guarded allocations live or quarantined at once, at most */
 } cm_option_values;
@@ -211,7 +210,6 @@ void cm_central_fork(int phase);
 extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
 void *cm_thread_cache_alloc_slow(unsigned size_class);
 void cm_thread_cache_free_slow(void *object, unsigned size_class);
-void cm_thread_cache_scavenge(cm_thread_cache *cache);
 void cm_thread_cache_flush_current(void);
 size_t cm_thread_cache_bytes(size_t *caches);
 bool cm_thread_cache_valid(void);
@@ -249,13 +247,16 @@ size_t cm_guard_bytes(size_t *live);
 void cm_guard_fork(int phase);
 
 /* prof.c: the sampling heap profiler and the sampling decision for guard.c. cm_sampling is
- * set at init when either is on; the hooks in alloc.c test it on slow paths only. */
+ * set at init when either is on; the hooks in api.c test it on slow paths only. */
 extern int cm_sampling;
+/* Bytes each size class's allocation takes off a thread's sample_left; all 0 when sampling is
+ * off. */
+extern uint32_t cm_sample_charge[CM_CLASSES_MAX];
 void cm_prof_init(void);
 void *cm_sample_alloc(size_t size);
 bool cm_sample_free(void *p, const char *caller);
-enum { CM_SAMPLE_NOT_MINE, CM_SAMPLE_KEEP, CM_SAMPLE_MOVE };
-int cm_sample_realloc(const void *p, size_t size, size_t *old_size);
+enum { CM_SAMPLE_NOT_MINE, CM_SAMPLE_MOVE };
+int cm_sample_realloc(const void *p, size_t *old_size);
 void cm_prof_stack_print(uint32_t stack, int fd);
 void cm_prof_stats_print(int fd);
 void cm_prof_fork(int phase);

@@ -72,12 +72,6 @@ static const option_entry options[] = {
      .doc = "a path: write the heap profile (pprof's legacy text format) there at exit"},
     {"PROF_SIGNAL", &cm_option.prof_signal, OPTION_TEXT, 0,
      .doc = "a signal (SIGUSR2, or its number): write a heap profile when it arrives"},
-    {"SAMPLE_EXACT", &cm_option.sample_exact, OPTION_BOOL, 1,
-     .doc =
-         "1: with PROF or GUARD_RATE on, every free goes through the sampler, so blocks reused in "
-         "a thread's cache are counted (unbiased; frees are slower); 0: only allocations that "
-         "reach "
-         "the central cache are (close to free, blind to a heap churned in place)"},
     {"GUARD_RATE", &cm_option.guard_rate, OPTION_SIZE, 0,
      .doc =
          "N: on average one small allocation in N gets its own page before a guard page (0: off)"},

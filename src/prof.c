@@ -1,34 +1,25 @@
 /* prof.c - the sampling heap profiler (CMALLOC_PROF and friends) and the sampling decision it
  * shares with guard.c (CMALLOC_GUARD_RATE). Everything here is off unless asked for.
  *
- * Where samples are taken. The inline fast paths have no test for sampling (their instruction
- * count is guarded by tests/test_fastpath_budget.sh), so every decision is made on slow paths,
- * and sampling makes sure that every object a fast path hands out has passed one first:
- *   - while sampling, a thread's lists show max_length 0, so every free fails the fast path's
- *     length test and comes to cm_sample_free (the real max_length is parked in the thread's
- *     sampler and handed back around each call into thread_cache.c, which grows and shrinks it);
- *   - so an object reaches a list only through a slow path here (a free, or a refill by the
- *     allocation slow path, cm_sample_alloc), and is charged to the thread's countdowns as it
- *     does, as if allocated already; one that leaves a list unallocated (flushed) is refunded;
- *   - fast-path pops then need no counting, and the list may hold only objects charged before
- *     the next sample point: the object on which a countdown runs out is not put on the list (a
- *     freed one goes to the central cache, a refill is cut short), and its class is marked
- *     pending, so that the class's next allocation finds its list empty, comes here, and is the
- *     sample:
+ * Where samples are taken. Each thread has two countdowns in bytes allocated (a small
+ * allocation counts its class's size, a large one its request): to the next profile sample
+ * point, drawn from an exponential distribution of mean CMALLOC_PROF_RATE (the points are a
+ * Poisson process over the bytes allocated, so a periodic pattern cannot line up with them),
+ * and to the next guard point, of mean GUARD_SPACING * CMALLOC_GUARD_RATE. The nearer of the
+ * two is handed to the thread's cache (sample_left), and the malloc fast path counts down by
+ * cm_sample_charge[class] as it pops: when an allocation would take it below 0, that
+ * allocation goes to the slow path, cm_sample_alloc, which takes back what the fast path
+ * spent, finds which point the allocation holds, samples it, and hands the next point over.
+ * With both features off every charge is 0 and the countdown never runs out; frees are never
+ * counted, so they stay on the fast path whatever is on.
  *
- *     bytes left: |----- three objects fit -----|x
- *     list after a refill  [a][b][c][d][e]  ->  [a][b][c]      [d][e] to the central cache;
- *                                                the fourth allocation is a slow one: sampled
+ *     sample_left: |---- 64 ----|--- 64 ---|-- 40 --|   an allocation of 64 holds the point:
+ *                  fast path     fast path   slow path, sampled, the next point handed over
  *
- * Two countdowns per thread: bytes to the next profile sample, drawn from an exponential
- * distribution of mean CMALLOC_PROF_RATE (the points are a Poisson process over the bytes
- * allocated, so a periodic pattern cannot line up with them), and small allocations to the next
- * guarded one (geometric, mean CMALLOC_GUARD_RATE). The price is that with either feature on
- * every free takes the slow path (README: "Profiling and debugging in production" measures it);
- * with both off nothing changes. CMALLOC_SAMPLE_EXACT=0 leaves the lists' max_length alone:
- * frees stay fast, and a block freed into a thread's cache and allocated again from it is not
- * counted (the sampler sees only what passes the central cache). Aligned allocations above 16
- * bytes (cm_alloc_aligned) bypass the sampler.
+ * A guard point is kept with probability guard_keep[class] = (1/rate) / P(a point falls in an
+ * object of the class), so that one small allocation in CMALLOC_GUARD_RATE is guarded whatever
+ * the mix of sizes (classes above CM_GUARD_MAX_SIZE: 0). Aligned allocations above 16 bytes
+ * (cm_alloc_aligned) bypass the sampler.
  *
  * A sampled allocation gets whole pages of its own from the page heap (a LARGE span even for a
  * small size), so its free cannot take the fast path and cm_sample_free drops it from the table.
@@ -67,6 +58,10 @@
 #define SAMPLE_MAX        (SAMPLE_SLOTS / 4 * 3) /* load factor bound of the open addressing */
 #define LEAK_STACKS_SHOWN 20
 #define LN2               0.6931471805599453
+/* Guard points fall on average every GUARD_SPACING * CMALLOC_GUARD_RATE bytes: the most
+ * spacing for which guard_keep stays below 1 for the smallest class (16 bytes) at every rate
+ * above 1, so the rate is exact; points more often cost more slow paths. */
+#define GUARD_SPACING 8
 
 typedef struct stack_entry {
     uint64_t hash;                 /* of depth and frames; 0: an empty slot */
@@ -87,21 +82,17 @@ typedef struct sample {
     double weight; /* allocations this sample stands for: 1 / P(sampled) */
 } sample;
 
-/* The distance to a thread's next sample point, and the classes whose next slow allocation
- * holds a point already passed (their list was cut just before it). */
-typedef struct countdown {
-    int64_t left; /* units (bytes, or allocations) before the next point */
-    uint64_t pending[(CM_CLASSES_MAX + 63) / 64]; /* bit per size class */
-} countdown;
+#define NEVER (INT64_MAX / 4) /* the countdown of a feature that is off */
 
+/* A thread's two countdowns, in bytes of size class (or large request) allocated, and what its
+ * cache's fast path has of them. */
 typedef struct sampler {
-    countdown bytes;                     /* profile samples: units are bytes */
-    countdown allocs;                    /* guarded allocations: units are small allocations */
-    uint64_t random;                     /* xorshift state; 0 until the thread's first sampling */
-    int busy;                            /* inside the sampler: allocations it causes are plain */
-    cm_thread_cache *cache;              /* the thread's cache whose lists are parked, or NULL */
-    uint16_t refused[CM_CLASSES_MAX];    /* frees kept off a pending class's list, in a row */
-    uint32_t max_length[CM_CLASSES_MAX]; /* its lists' real max_length, while they show 0 */
+    int64_t prof_left;      /* bytes before the next profile sample point */
+    int64_t guard_left;     /* bytes before the next guard point */
+    int64_t handed;         /* the cache's sample_left when last handed over */
+    cm_thread_cache *cache; /* the live cache it was handed to, or NULL */
+    uint64_t random;        /* xorshift state; 0 until the thread's first sampling */
+    int busy;               /* inside the sampler: allocations it causes are plain */
 } sampler;
 
 int cm_sampling;
@@ -110,9 +101,10 @@ static cm_lock prof_lock = CM_LOCK_INIT;
 static stack_entry *stacks; /* STACK_SLOTS entries */
 static sample *samples;     /* SAMPLE_SLOTS entries */
 static size_t stack_count, sample_count, samples_dropped, table_bytes;
-static double bytes_scale;                 /* the mean distance between profile samples, in bytes */
-static uint8_t guard_unit[CM_CLASSES_MAX]; /* 1 for classes guard.c may take, else 0 */
-static double allocs_scale; /* -1 / ln(1 - 1/CMALLOC_GUARD_RATE); 0 when the rate is 1 */
+uint32_t cm_sample_charge[CM_CLASSES_MAX];
+static double prof_mean;  /* the mean distance between profile sample points, in bytes */
+static double guard_mean; /* the same for guard points: GUARD_SPACING * CMALLOC_GUARD_RATE */
+static double guard_keep[CM_CLASSES_MAX]; /* P(guarded | a guard point in an allocation) */
 static uintptr_t own_text_start, own_text_end; /* libcmalloc.so's code; empty when linked in */
 static volatile sig_atomic_t dump_requested;
 static unsigned dump_sequence; /* read and bumped with __atomic builtins */
@@ -164,8 +156,7 @@ static double exponential(sampler *s)
     return 53 * LN2 - log_of(v);
 }
 
-/* The next distance: exponential of mean scale (bytes), or, rounded up, geometric with mean
- * CMALLOC_GUARD_RATE (allocations: scale = -1 / ln(1 - 1/rate), 0 for every allocation). */
+/* The next distance in bytes, at least 1: exponential of mean scale (0: the next byte). */
 static int64_t draw(sampler *s, double scale)
 {
     return (int64_t)(exponential(s) * scale) + 1;
@@ -381,239 +372,50 @@ static void start_thread(sampler *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     s->random = (z ^ (z >> 31)) | 1; /* xorshift needs a state other than 0 */
-    /* a countdown that is off never runs out (2^61 bytes), so the free path needs no test */
-    s->bytes.left = prof_on ? draw(s, bytes_scale) : INT64_MAX / 4;
-    s->allocs.left = guard_on ? draw(s, allocs_scale) : INT64_MAX / 4;
+    s->prof_left = prof_on ? draw(s, prof_mean) : NEVER;
+    s->guard_left = guard_on ? draw(s, guard_mean) : NEVER;
 }
 
-/* Whether a slow-path allocation of size_class (0: large) costing units holds a sample point. */
-static bool countdown_due(sampler *s, countdown *c, double scale, unsigned size_class,
-                          int64_t units)
-{
-    uint64_t bit = (uint64_t)1 << (size_class % 64);
-    if (c->pending[size_class / 64] & bit) {
-        c->pending[size_class / 64] &= ~bit;
-        return true;
-    }
-    c->left -= units;
-    if (c->left > 0)
-        return false;
-    c->left = draw(s, scale); /* memoryless: the rest of this allocation may be ignored */
-    return true;
-}
-
-static void set_pending(sampler *s, countdown *c, unsigned size_class)
-{
-    c->pending[size_class / 64] |= (uint64_t)1 << (size_class % 64);
-    s->refused[size_class] = 0;
-}
-
-/* How many of count objects of units each fit before the next point. */
-static uint64_t countdown_fit(const countdown *c, uint64_t count, int64_t units)
-{
-    uint64_t fit = (uint64_t)(c->left - 1) / (uint64_t)units;
-    return fit < count ? fit : count;
-}
-
-/* keep objects of size_class are handed to the fast path. When this countdown is what cut the
- * list (its point falls in object keep + 1), that object is the sample: the class's next slow
- * allocation, marked pending; the countdown restarts after it. */
-static void countdown_commit(sampler *s, countdown *c, double scale, unsigned size_class,
-                             uint64_t keep, uint64_t count, int64_t units)
-{
-    if (keep < count && countdown_fit(c, count, units) == keep) {
-        set_pending(s, c, size_class);
-        c->left = draw(s, scale);
-    } else {
-        c->left -= (int64_t)keep * units;
-    }
-}
-
-static bool guardable(size_t charge)
-{
-    return guard_on && charge <= CM_GUARD_MAX_SIZE;
-}
-
-/* Flushes the list's objects past the first keep to the central cache, in whole batches. */
-static void cut_list(cm_thread_cache *cache, unsigned size_class, uint32_t keep)
-{
-    cm_free_list *list = &cache->lists[size_class];
-    uint32_t count = list->length - keep, batch = cm_classes[size_class].batch;
-    void *rest = list->head;
-    if (keep == 0) {
-        list->head = NULL;
-    } else {
-        void *last = list->head;
-        for (uint32_t i = 1; i < keep; i++)
-            last = cm_link_next_checked(last);
-        rest = cm_link_next_checked(last);
-        cm_link_set(last, NULL);
-    }
-    list->length = keep;
-    cache->size -= (size_t)count * cm_classes[size_class].size;
-    while (count > 0) {
-        uint32_t n = count < batch ? count : batch;
-        void *head = rest, *last = head;
-        for (uint32_t i = 1; i < n; i++)
-            last = cm_link_next_checked(last);
-        rest = cm_link_next_checked(last);
-        cm_link_set(last, NULL);
-        cm_central_flush(size_class, head, n);
-        count -= n;
-    }
-}
-
-/* Hands list size_class its real max_length back for a call into thread_cache.c. */
-static void unpark(sampler *s, unsigned size_class)
-{
-    if (cm_option.sample_exact && s->cache != NULL && s->cache == cm_thread_cache_current)
-        s->cache->lists[size_class].max_length = s->max_length[size_class];
-}
-
-/* Parks list size_class's max_length again (every list's, when the call made the cache). The
- * shared empty cache (a thread with no cache yet, or exiting) already shows 0 everywhere and is
- * never written. */
-static void park(sampler *s, unsigned size_class)
+/* Takes in what the fast path counted down since the last hand-over: it never passes 0, so
+ * neither countdown has run out on the way. */
+static void take_countdown(sampler *s)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
-    if (cache->max_size == 0)
+    if (cache != s->cache || cache->max_size == 0)
         return;
-    if (!cm_option.sample_exact) { /* CMALLOC_SAMPLE_EXACT=0: lists keep their max_length */
-        s->cache = cache;
-        return;
-    }
-    unsigned first = size_class, last = size_class;
-    if (cache != s->cache) {
-        s->cache = cache;
-        first = 1;
-        last = cm_class_count - 1;
-    }
-    for (unsigned c = first; c <= last; c++) {
-        s->max_length[c] = cache->lists[c].max_length;
-        cache->lists[c].max_length = 0;
-    }
+    int64_t spent = s->handed - cache->sample_left;
+    s->prof_left -= spent;
+    s->guard_left -= spent;
 }
 
-/* Charges the bytes a call into the thread cache added to its lists, or refunds those it
- * flushed: before was cache->size at the call, not counting allocated, objects it returned. */
-static void charge_bytes(sampler *s, size_t before, size_t allocated)
+/* Hands the nearer point to the thread's live cache, whose fast path counts down to it. The
+ * shared empty cache (a thread with no cache yet, or exiting; max_size 0) is never written. */
+static void hand_countdown(sampler *s)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
-    if (prof_on && cache == s->cache)
-        s->bytes.left -= (int64_t)(cache->size + allocated) - (int64_t)before;
+    s->cache = cache->max_size != 0 ? cache : NULL;
+    if (s->cache != NULL)
+        cache->sample_left = s->handed = s->prof_left < s->guard_left ? s->prof_left : s->guard_left;
 }
 
-/* After a slow-path allocation of class size_class refilled its list: the objects left there
- * will be allocated by fast-path pops, so they are charged now, keeping only those before the
- * next point of either countdown. */
-static void charge_list(sampler *s, unsigned size_class)
+/* Whether an allocation of charge bytes holds a point of the countdown at *left; draws the
+ * next point when it does (the process is memoryless: the rest of the allocation is ignored). */
+static bool point_in(sampler *s, int64_t *left, double mean, int64_t charge)
 {
-    cm_thread_cache *cache = cm_thread_cache_current;
-    cm_free_list *list = &cache->lists[size_class];
-    int64_t size = cm_classes[size_class].size;
-    uint64_t count = list->length, keep = count;
-    if (count == 0 || cache != s->cache)
-        return;
-    if (prof_on)
-        keep = countdown_fit(&s->bytes, keep, size);
-    if (guardable((size_t)size))
-        keep = countdown_fit(&s->allocs, keep, 1);
-    if (prof_on)
-        countdown_commit(s, &s->bytes, bytes_scale, size_class, keep, count, size);
-    if (guardable((size_t)size))
-        countdown_commit(s, &s->allocs, allocs_scale, size_class, keep, count, 1);
-    if (keep < count)
-        cut_list(cache, size_class, (uint32_t)keep);
-}
-
-/* Frees of a pending class kept off its list before giving the point up. */
-#define REFUSALS_MAX 64
-
-/* Whether a countdown runs out on a freed object of size_class (about to be charged as a
- * future allocation), or the class already waits for its sampled allocation. */
-static bool point_near(const countdown *c, unsigned size_class, int64_t units)
-{
-    return (c->pending[size_class / 64] >> (size_class % 64) & 1) || c->left - units <= 0;
-}
-
-/* Whether the freed object must skip the list: the countdown runs out on it (it is the point:
- * its class becomes pending), or its class waits for its sampled allocation, so the list must
- * drain. A thread that only frees a class (a consumer) never allocates the pending one: after
- * REFUSALS_MAX frees the point is given up (it fell on a block that thread would only have
- * flushed), rather than sending every free of the class to the central cache one by one. */
-static bool point_on_push(sampler *s, countdown *c, double scale, unsigned size_class,
-                          int64_t units)
-{
-    uint64_t bit = (uint64_t)1 << (size_class % 64);
-    if (c->pending[size_class / 64] & bit) {
-        if (++s->refused[size_class] <= REFUSALS_MAX)
-            return true;
-        c->pending[size_class / 64] &= ~bit;
-    }
-    if (c->left - units > 0) {
-        c->left -= units;
+    if (*left - charge >= 0) {
+        *left -= charge;
         return false;
     }
-    set_pending(s, c, size_class);
-    c->left = draw(s, scale);
+    *left = draw(s, mean);
     return true;
 }
 
-/* A free of a small object (every one comes here while sampling): pushed on the thread's list
- * through thread_cache.c, and charged; or, on a sample point, handed to the central cache. */
-static CM_NOINLINE bool free_small(sampler *s, void *p, unsigned size_class)
+/* A guard point fell in an allocation of size_class: it is guarded with the probability that
+ * makes one small allocation in CMALLOC_GUARD_RATE guarded whatever the sizes (guard_keep). */
+static bool guard_taken(sampler *s, unsigned size_class)
 {
-    if (CM_UNLIKELY(s->random == 0))
-        start_thread(s);
-    cm_thread_cache *cache = cm_thread_cache_current;
-    cm_free_list *list = &cache->lists[size_class];
-    int64_t size = cm_classes[size_class].size;
-    if (cm_object_is_free(p))
-        return false; /* a double free (its free mark): the ordinary path reports it */
-    bool guarded_class = guardable((size_t)size);
-    if (cache == s->cache) {
-        if (((prof_on && point_near(&s->bytes, size_class, size)) ||
-             (guarded_class && point_near(&s->allocs, size_class, 1))) &&
-            list->length > 0) {
-            /* first give the list's blocks back, unallocated (refunded): often the point then
-             * falls further on, and the list is empty for a pending sample */
-            uint32_t count = list->length;
-            cut_list(cache, size_class, 0);
-            if (prof_on)
-                s->bytes.left += (int64_t)count * size;
-            if (guarded_class)
-                s->allocs.left += count;
-        }
-        /* charges the block when it goes on the list */
-        bool skip = prof_on && point_on_push(s, &s->bytes, bytes_scale, size_class, size);
-        if (guarded_class)
-            skip |= point_on_push(s, &s->allocs, allocs_scale, size_class, 1);
-        if (skip) {
-            if (prof_on && !(s->bytes.pending[size_class / 64] >> (size_class % 64) & 1))
-                s->bytes.left += size; /* charged by one countdown, but not pushed */
-            if (guarded_class && !(s->allocs.pending[size_class / 64] >> (size_class % 64) & 1))
-                s->allocs.left += 1;
-            cm_link_set(p, NULL);
-            cm_central_flush(size_class, p, 1);
-            return true;
-        }
-        /* thread_cache.c pushes it (and may flush): charged above, refunds counted below */
-        if (prof_on)
-            s->bytes.left += size;
-        if (guarded_class)
-            s->allocs.left += 1;
-    }
-    size_t before = cache->size;
-    uint32_t length = cache->lists[size_class].length;
-    unpark(s, size_class);
-    cm_thread_cache_free_slow(p, size_class);
-    park(s, size_class);
-    if (cache == s->cache && cache == cm_thread_cache_current) {
-        charge_bytes(s, before, 0);
-        if (guarded_class)
-            s->allocs.left -= (int64_t)cache->lists[size_class].length - (int64_t)length;
-    }
-    return true;
+    double keep = guard_keep[size_class];
+    return keep >= 1 || (double)(next_random(s) >> 11) < keep * 0x1p53;
 }
 
 /* A sampled allocation's own pages, so that freeing it comes to cm_sample_free. */
@@ -630,6 +432,8 @@ static void *alloc_own_pages(size_t size)
 
 static void dump_on_signal(void);
 
+/* Every allocation the fast path does not serve comes here while sampling: a miss of the
+ * thread's list (charged here), an allocation on which a countdown runs out, a large one. */
 void *cm_sample_alloc(size_t size)
 {
     sampler *s = &thread_sampler;
@@ -639,82 +443,38 @@ void *cm_sample_alloc(size_t size)
         start_thread(s);
     if (CM_UNLIKELY(dump_requested))
         dump_on_signal();
+    take_countdown(s);
     unsigned size_class = size <= CM_MAX_SMALL ? cm_size_class(size) : 0;
-    size_t charge = size_class ? cm_classes[size_class].size : size;
-    bool guard_due = guardable(charge) && countdown_due(s, &s->allocs, allocs_scale, size_class, 1);
-    bool prof_due =
-        prof_on && countdown_due(s, &s->bytes, bytes_scale, size_class, (int64_t)charge);
-    if (!guard_due && !prof_due) {
-        if (size_class == 0)
-            return cm_alloc_unchecked(size);
-        size_t before = cm_thread_cache_current->size;
-        unpark(s, size_class);
-        void *p = cm_alloc_unchecked(size);
-        park(s, size_class);
-        /* what a scavenge inside flushed is refunded; the refill left on the list is charged */
-        charge_bytes(s, before + (size_t)cm_thread_cache_current->lists[size_class].length * charge,
-                     0);
-        if (p != NULL)
-            charge_list(s, size_class);
-        return p;
+    size_t bytes = size_class ? cm_classes[size_class].size : size;
+    int64_t charge = size_class ? cm_sample_charge[size_class] : prof_on ? (int64_t)size : 0;
+    bool prof_due = prof_on && point_in(s, &s->prof_left, prof_mean, charge);
+    bool guard_due = guard_on && point_in(s, &s->guard_left, guard_mean, charge) &&
+                     size_class != 0 && guard_taken(s, size_class);
+    void *p;
+    if (!prof_due && !guard_due) {
+        p = cm_alloc_unchecked(size);
+    } else {
+        s->busy = 1;
+        uint32_t stack = capture_stack((uintptr_t)__builtin_return_address(0));
+        p = guard_due ? cm_guard_alloc(size, stack) : NULL;
+        if (prof_due) {
+            if (p == NULL)
+                p = alloc_own_pages(size);
+            if (p != NULL)
+                record_sample(p, size, bytes, stack);
+        } else if (p == NULL) {
+            p = cm_alloc_unchecked(size); /* every guard slot is taken */
+        }
+        s->busy = 0;
     }
-    s->busy = 1;
-    uint32_t stack = capture_stack((uintptr_t)__builtin_return_address(0));
-    void *p = guard_due ? cm_guard_alloc(size, stack) : NULL;
-    if (prof_due) {
-        if (p == NULL)
-            p = alloc_own_pages(size);
-        if (p != NULL)
-            record_sample(p, size, charge, stack);
-    } else if (p == NULL) {
-        p = cm_alloc_unchecked(size); /* every guard slot is taken */
-    }
-    s->busy = 0;
+    hand_countdown(s);
     return p;
 }
 
-/* The size class of p when it is the start of an object of a SMALL span (the free fast path's
- * test), else 0. */
-static unsigned small_class_of(const void *p)
-{
-    cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
-    size_t index = cm_pagemap_index(p);
-    unsigned size_class = leaf ? leaf->size_classes[index] : 0;
-    if (size_class == 0)
-        return 0;
-    uint64_t offset =
-        ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) | ((uintptr_t)p & (CM_PAGE_SIZE - 1));
-    return offset * cm_classes[size_class].divisor_magic < cm_classes[size_class].start_limit
-               ? size_class
-               : 0;
-}
-
+/* A free the fast path did not take: a guarded block goes back to guard.c, a sampled one
+ * leaves the table (and is then freed by the ordinary path, which its own pages send here). */
 bool cm_sample_free(void *p, const char *caller)
 {
-    unsigned size_class = small_class_of(p);
-    if (size_class != 0) {
-        /* Most frees: the push the fast path would have made (its tests, against the parked
-         * max_length), charged, with no sample point near. The rest: free_small. */
-        sampler *s = &thread_sampler;
-        cm_thread_cache *cache = cm_thread_cache_current;
-        cm_free_list *list = &cache->lists[size_class];
-        int64_t size = cm_classes[size_class].size, unit = guard_unit[size_class];
-        uint64_t pending = s->bytes.pending[size_class / 64] | s->allocs.pending[size_class / 64];
-        if (CM_LIKELY(cache == s->cache && !(pending >> (size_class % 64) & 1) &&
-                      s->bytes.left > size && s->allocs.left > unit &&
-                      list->length < s->max_length[size_class] &&
-                      cache->size + (size_t)size <= cache->max_size && !cm_object_is_free(p) &&
-                      !s->busy)) {
-            cm_link_set(p, list->head);
-            list->head = p;
-            list->length++;
-            cache->size += (size_t)size;
-            s->bytes.left -= size;
-            s->allocs.left -= unit;
-            return true;
-        }
-        return !s->busy && free_small(s, p, size_class);
-    }
     if (cm_guard_owns(p)) {
         sampler *s = &thread_sampler;
         uint32_t stack = 0;
@@ -733,18 +493,13 @@ bool cm_sample_free(void *p, const char *caller)
     return false;
 }
 
-/* realloc while sampling: a guarded or sampled block always moves (through the sampler again);
- * a small one stays when cm_realloc would keep it, else moves with its free through
- * cm_sample_free (an ordinary move would hand it to the thread cache unseen). Says what
- * api.c's cm_realloc does: keep p, move it (*old_size: the bytes to copy), or leave it to the
- * ordinary path. */
-int cm_sample_realloc(const void *p, size_t size, size_t *old_size)
+/* realloc while sampling: a guarded or sampled block always moves, through the sampler again
+ * and its free through cm_sample_free; any other block is left to the ordinary path. Says what
+ * api.c's cm_realloc does: move it (*old_size: the bytes to copy), or leave it. A small block
+ * that stays in place was charged when it was allocated; one that moves is charged by the new
+ * allocation. */
+int cm_sample_realloc(const void *p, size_t *old_size)
 {
-    unsigned size_class = small_class_of(p);
-    if (size_class != 0) {
-        *old_size = cm_classes[size_class].size;
-        return size <= *old_size && size >= *old_size / 2 ? CM_SAMPLE_KEEP : CM_SAMPLE_MOVE;
-    }
     if (cm_guard_owns(p))
         *old_size = cm_guard_usable_size(p, "realloc");
     else if (is_sampled(p))
@@ -1063,13 +818,19 @@ void cm_prof_init(void)
         cm_option.prof = 1;
     if (cm_option.prof_rate == 0)
         cm_option.prof_rate = 1;
-    bytes_scale = (double)cm_option.prof_rate;
-    if (cm_option.guard_rate > 1)
-        allocs_scale = -1 / (log_of(cm_option.guard_rate - 1) - log_of(cm_option.guard_rate));
+    prof_mean = (double)cm_option.prof_rate;
+    guard_mean = cm_option.guard_rate > 1 ? GUARD_SPACING * (double)cm_option.guard_rate : 0;
     prof_on = cm_option.prof && tables_init();
     guard_on = cm_option.guard_rate && tables_init() && cm_guard_init(cm_prof_stack_print);
-    for (unsigned c = 1; c < cm_class_count; c++)
-        guard_unit[c] = guard_on && cm_classes[c].size <= CM_GUARD_MAX_SIZE;
+    for (unsigned c = 1; c < cm_class_count; c++) {
+        uint32_t size = cm_classes[c].size;
+        bool guardable = guard_on && size <= CM_GUARD_MAX_SIZE;
+        if (guardable)
+            guard_keep[c] = guard_mean == 0 ? 1
+                                             : 1 / (double)cm_option.guard_rate /
+                                                   (1 - exp_negative(size / guard_mean));
+        cm_sample_charge[c] = prof_on || guardable ? size : 0;
+    }
     if (prof_on && cm_option.prof_signal)
         install_dump_signal();
     cm_sampling = prof_on || guard_on;

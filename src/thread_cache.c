@@ -1,15 +1,18 @@
 /* thread_cache.c - the front end: one cache of free lists per thread, no locks on a hit.
  *
- * The fast paths (cm_alloc, cm_free in internal.h) pop and push the current thread's lists;
+ * The fast paths (cm_alloc, cm_free in fastpath.h) pop and push the current thread's lists;
  * this file owns everything else: creating a thread's cache on its first slow path, filling an
  * empty list from the central cache, flushing a list that grew past max_length, keeping the
  * thread within its byte budget, and giving everything back when the thread exits.
  *
- * Sizing: a list's max_length starts at 1 and grows by one per miss up to the class's batch,
- * then by a batch per miss up to list_cap() (slow start: a thread that allocates little caches
- * little). A cache's byte budget (max_size) starts at CM_THREAD_START_BUDGET and grows, in doubling
- * steps claimed from the global pool of CMALLOC_THREAD_CACHE_TOTAL bytes, to at most
- * CMALLOC_THREAD_CACHE_MAX; past its budget the cache gives back half of every list.
+ * Sizing: a list's max_length starts at 0 (a class the thread never used costs nothing) and
+ * grows by one per miss up to the class's batch, then by a batch per miss up to list_cap()
+ * (slow start: a thread that allocates little caches little). The fast paths keep no byte
+ * count; the budget bounds what the lists may hold instead: capacity, the sum of max_length *
+ * class size, changes only here. A cache's budget (max_size) starts at CM_THREAD_START_BUDGET
+ * and grows, in doubling steps claimed from the global pool of CMALLOC_THREAD_CACHE_TOTAL
+ * bytes, to at most CMALLOC_THREAD_CACHE_MAX; when capacity passes it, every list's max_length
+ * is halved and what no longer fits is given back.
  *
  * Thread exit: a pthread key destructor flushes the cache and recycles it. Calls made after
  * that (other libraries' destructors) see thread_state == GONE and go to the central cache.
@@ -19,7 +22,8 @@
  * a few per cache created and all of them when stats are read, and orphans are recycled.
  * Lock: registry_lock guards the list of live caches, the spare caches and budget handover; it
  * is the outermost lock (internal.h). The caches themselves are touched only by their thread;
- * stats read published_size, which the slow paths store atomically.
+ * stats read published_size, which the slow paths update for the list they touch and store
+ * atomically.
  */
 #include "internal.h"
 
@@ -28,7 +32,8 @@
 
 enum { THREAD_NEW = 0, THREAD_LIVE, THREAD_GONE };
 
-static cm_thread_cache empty_cache; /* every list empty with max_length 0: always the slow path */
+static cm_thread_cache empty_cache; /* every list empty with max_length 0: always the slow path;
+                                      max_size 0 tells it from a live cache */
 CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current = &empty_cache;
 static CM_THREAD_LOCAL uint8_t thread_state;
 
@@ -60,11 +65,24 @@ static size_t claim_budget(size_t want)
     return got;
 }
 
-/* Makes the cache's byte count visible to stats; slow paths only, so the fast paths keep
- * plain arithmetic on a field no other thread touches. */
-static void publish_size(cm_thread_cache *cache)
+/* Counts list size_class's bytes as they are now in the cache's published size (the other
+ * lists count as of their own last slow path). */
+static void publish(cm_thread_cache *cache, unsigned size_class)
 {
-    __atomic_store_n(&cache->published_size, cache->size, __ATOMIC_RELAXED);
+    uint32_t length = cache->lists[size_class].length;
+    size_t bytes = cache->published_size +
+                   ((size_t)length - cache->published_length[size_class]) *
+                       cm_classes[size_class].size;
+    cache->published_length[size_class] = length;
+    __atomic_store_n(&cache->published_size, bytes, __ATOMIC_RELAXED);
+}
+
+static void set_max_length(cm_thread_cache *cache, unsigned size_class, uint32_t max_length)
+{
+    cm_free_list *list = &cache->lists[size_class];
+    cache->capacity = cache->capacity - (size_t)list->max_length * cm_classes[size_class].size +
+                      (size_t)max_length * cm_classes[size_class].size;
+    list->max_length = max_length;
 }
 
 /* Flushes count objects from the head of a list to the central cache, in whole batches where
@@ -73,7 +91,6 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
 {
     cm_free_list *list = &cache->lists[size_class];
     const uint32_t batch = cm_classes[size_class].batch;
-    cache->size -= (size_t)count * cm_classes[size_class].size;
     list->length -= count;
     while (count > 0) {
         uint32_t n = count < batch ? count : batch;
@@ -89,9 +106,10 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
 
 static void release_all(cm_thread_cache *cache)
 {
-    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         release_objects(cache, size_class, cache->lists[size_class].length);
-    publish_size(cache);
+        publish(cache, size_class);
+    }
 }
 
 static void unregister(cm_thread_cache *cache)
@@ -147,8 +165,6 @@ static CM_NOINLINE cm_thread_cache *create(void)
     if (cache == NULL && (cache = cm_metadata_alloc(sizeof *cache)) == NULL)
         return NULL;
     memset(cache, 0, sizeof *cache);
-    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
-        cache->lists[size_class].max_length = 1;
     cache->max_size = CM_THREAD_START_BUDGET;
     cache->owner_tid = cm_os_thread_id();
     atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
@@ -178,24 +194,37 @@ static cm_thread_cache *cache_for_thread(void)
     return thread_state == THREAD_GONE || cm_option.check ? NULL : create();
 }
 
-/* Over budget: first try to grow the budget, else give back half of every list. Called by
- * the free fast path, so it must work on the calling thread's live cache only. */
-void cm_thread_cache_scavenge(cm_thread_cache *cache)
+/* Over budget (capacity > max_size): first try to grow the budget, else halve every list's
+ * max_length and give back what no longer fits. Works on the calling thread's live cache. */
+static void scavenge(cm_thread_cache *cache)
 {
     if (cache->max_size < cm_option.thread_cache_max) {
         size_t room = cm_option.thread_cache_max - cache->max_size;
         cache->max_size += claim_budget(cache->max_size < room ? cache->max_size : room);
-        if (cache->size <= cache->max_size)
+        if (cache->capacity <= cache->max_size)
             return;
     }
-    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
-        cm_free_list *list = &cache->lists[size_class];
-        if (list->length > 0)
-            release_objects(cache, size_class, (list->length + 1) / 2);
-        if (list->max_length > 1)
-            list->max_length /= 2;
+    while (cache->capacity > cache->max_size) {
+        for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+            cm_free_list *list = &cache->lists[size_class];
+            uint32_t max_length = list->max_length / 2;
+            if (list->length > max_length)
+                release_objects(cache, size_class, list->length - max_length);
+            set_max_length(cache, size_class, max_length);
+            publish(cache, size_class);
+        }
     }
-    publish_size(cache);
+}
+
+/* Grows a list's max_length after a miss (slow start), within list_cap(). */
+static void grow(cm_thread_cache *cache, unsigned size_class)
+{
+    const uint32_t batch = cm_classes[size_class].batch;
+    uint32_t max_length = cache->lists[size_class].max_length;
+    if (max_length < batch)
+        set_max_length(cache, size_class, max_length + 1);
+    else if (max_length + batch <= list_cap(size_class))
+        set_max_length(cache, size_class, max_length + batch);
 }
 
 void *cm_thread_cache_alloc_slow(unsigned size_class)
@@ -214,29 +243,26 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     cm_free_list *list = &cache->lists[size_class];
     const uint32_t batch = cm_classes[size_class].batch;
     if (list->head == NULL) {
-        if (list->max_length < batch)
-            list->max_length++;
-        else if (list->max_length + batch <= list_cap(size_class))
-            list->max_length += batch;
+        grow(cache, size_class);
+        if (cache->capacity > cache->max_size)
+            scavenge(cache);
         uint32_t want = list->max_length < batch ? list->max_length : batch;
         cm_central_tick();
-        unsigned n = cm_central_fill(size_class, want, &head);
+        unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head);
         if (n == 0)
             return NULL;
         if (n > list->max_length)
-            list->max_length = n;
+            set_max_length(cache, size_class, n);
         list->head = head;
         list->length = n;
-        cache->size += (size_t)n * cm_classes[size_class].size;
     }
     void *object = list->head;
     list->head = cm_link_next_checked(object);
     cm_object_hand_out(object);
     list->length--;
-    cache->size -= cm_classes[size_class].size;
-    if (cache->size > cache->max_size)
-        cm_thread_cache_scavenge(cache);
-    publish_size(cache);
+    if (cache->capacity > cache->max_size)
+        scavenge(cache);
+    publish(cache, size_class);
     return object;
 }
 
@@ -253,22 +279,29 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
     cm_link_set(object, list->head);
     list->head = object;
     list->length++;
-    cache->size += cm_classes[size_class].size;
     if (list->length > list->max_length) {
         const uint32_t batch = cm_classes[size_class].batch;
         release_objects(cache, size_class, list->length < batch ? list->length : batch);
         if (list->max_length < batch)
-            list->max_length++;
+            set_max_length(cache, size_class, list->max_length + 1);
     }
-    if (cache->size > cache->max_size)
-        cm_thread_cache_scavenge(cache);
-    publish_size(cache);
+    if (cache->capacity > cache->max_size)
+        scavenge(cache);
+    publish(cache, size_class);
 }
 
 void cm_thread_cache_flush_current(void)
 {
     if (thread_state == THREAD_LIVE)
         release_all(cm_thread_cache_current);
+}
+
+static size_t held_bytes(const cm_thread_cache *cache)
+{
+    size_t bytes = 0;
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+        bytes += (size_t)cache->lists[size_class].length * cm_classes[size_class].size;
+    return bytes;
 }
 
 /* Bytes held by all thread caches: exact for the calling thread's, as of their last slow path
@@ -280,29 +313,30 @@ size_t cm_thread_cache_bytes(size_t *caches)
     sweep_orphans_locked(live_caches);
     for (cm_thread_cache *cache = registry; cache; cache = cache->next)
         bytes += cache == cm_thread_cache_current
-                     ? cache->size /* our own: exact */
+                     ? held_bytes(cache) /* our own: exact */
                      : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
     *caches = live_caches;
     cm_lock_release(&registry_lock);
     return bytes;
 }
 
-/* Checks the calling thread's cache: each list holds length objects of its class, no longer
- * than its cap, and size adds up. */
+/* Checks the calling thread's cache: each list holds length objects of its class, no more
+ * than its max_length, which is within its cap; capacity adds up and is within the budget. */
 bool cm_thread_cache_valid(void)
 {
     if (thread_state != THREAD_LIVE)
         return true;
     cm_thread_cache *cache = cm_thread_cache_current;
-    size_t bytes = 0;
+    size_t capacity = 0;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (!cm_object_list_valid(size_class, list->head, list->length) ||
+            list->length > list->max_length ||
             list->max_length > list_cap(size_class) + cm_classes[size_class].batch)
             return false;
-        bytes += (size_t)list->length * cm_classes[size_class].size;
+        capacity += (size_t)list->max_length * cm_classes[size_class].size;
     }
-    return bytes == cache->size &&
+    return capacity == cache->capacity && cache->capacity <= cache->max_size &&
            cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
 

@@ -72,8 +72,9 @@ typedef struct cm_span {
 } cm_span;
 
 /* ---- thread cache -------------------------------------------------------------------------
- * One per thread. Invariant: size == sum over classes of lists[c].length * class size, and
- * lists[c].length <= lists[c].max_length except transiently inside a slow path.
+ * One per thread. Invariants, outside a slow path: lists[c].length <= lists[c].max_length,
+ * capacity == sum over classes of lists[c].max_length * class size, and capacity <= max_size.
+ * So the bytes a cache holds are bounded with no byte count on the fast paths.
  */
 typedef struct cm_free_list {
     void *head;          /* objects linked through their first word */
@@ -85,12 +86,17 @@ _Static_assert(CM_ALIGNMENT >= 2 * sizeof(uintptr_t), "a free object holds a lin
 
 typedef struct cm_thread_cache {
     cm_free_list lists[CM_CLASSES_MAX]; /* lists[0] is never used: class 0 means "not small" */
-    size_t size;                  /* bytes on all lists; read and written by its thread only */
-    size_t published_size;        /* size as of the thread's last slow path, for stats (atomic) */
-    size_t max_size;              /* budget: grows from a small start, drawn from a global pool */
+    int64_t sample_left;          /* bytes the fast path may hand out before a sample point
+                                     (prof.c); never below 0, and 0 forever with sampling off */
+    size_t capacity;              /* sum of max_length * class size: what the lists may hold */
+    size_t max_size;              /* budget for capacity: grows from a small start, drawn from a
+                                     global pool */
+    size_t published_size;        /* bytes on the lists as of each list's last slow path, for
+                                     stats (atomic) */
     int owner_tid;                /* kernel id of its thread, to find caches whose thread is gone */
     struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
     struct cm_thread_cache *prev;
+    uint32_t published_length[CM_CLASSES_MAX]; /* each list's length in published_size */
 } cm_thread_cache;
 
 #endif /* CM_TYPES_H */
