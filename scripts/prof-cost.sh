@@ -6,7 +6,6 @@
 #   off     no CMALLOC_ options
 #   prof    CMALLOC_PROF=1 (default rate, 512 KiB)
 #   guard   CMALLOC_GUARD_RATE=1000
-#   prof0, guard0   the same with CMALLOC_SAMPLE_EXACT=0
 #
 #   scripts/prof-cost.sh [--reps N] [--seconds S] [--threads "1 2"]
 #   scripts/prof-cost.sh --instructions
@@ -34,9 +33,7 @@ while [ $# -gt 0 ]; do
 done
 settings="off|
 prof|CMALLOC_PROF=1
-guard|CMALLOC_GUARD_RATE=1000
-prof0|CMALLOC_PROF=1 CMALLOC_SAMPLE_EXACT=0
-guard0|CMALLOC_GUARD_RATE=1000 CMALLOC_SAMPLE_EXACT=0"
+guard|CMALLOC_GUARD_RATE=1000"
 if [ "$instructions" = 1 ]; then
     make -s all
     cc -O2 -fno-builtin tests/data/fastpath_pair.c -o build/tests/fastpath_pair
@@ -85,7 +82,7 @@ for r in $(seq "$reps"); do
             orderbook) [ "$t" = 1 ] || continue; args="" ;;
             *) args="--threads $t --seconds $seconds" ;;
             esac
-            for config in off prof guard prof0 guard0; do
+            for config in off prof guard; do
                 # shellcheck disable=SC2086
                 value=$(run "$config" $command $args)
                 echo "$name $t $config $r $value" >>"$tmp/results"
@@ -101,9 +98,9 @@ runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     name, threads, config, rep, value = line.split()
     runs[(name, int(threads))].setdefault(config, {})[rep] = float(value)
-configs_shown = ("prof", "guard", "prof0", "guard0")
-print("| workload | threads | off (ops/s) | prof × off | guard × off | prof, exact=0 | guard, exact=0 |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+configs_shown = ("prof", "guard")
+print("| workload | threads | off (ops/s) | prof × off | guard × off |")
+print("|---|---:|---:|---:|---:|")
 for (name, threads), configs in runs.items():
     off = configs["off"]
     cells = []

@@ -70,9 +70,8 @@ static size_t claim_budget(size_t want)
 static void publish(cm_thread_cache *cache, unsigned size_class)
 {
     uint32_t length = cache->lists[size_class].length;
-    size_t bytes = cache->published_size +
-                   ((size_t)length - cache->published_length[size_class]) *
-                       cm_classes[size_class].size;
+    size_t bytes = cache->published_size + ((size_t)length - cache->published_length[size_class]) *
+                                               cm_classes[size_class].size;
     cache->published_length[size_class] = length;
     __atomic_store_n(&cache->published_size, bytes, __ATOMIC_RELAXED);
 }

@@ -39,7 +39,7 @@ chmod +x "$tmp/bin/"*
 export FAKE_LOG="$tmp/calls"
 fake() { PATH="$tmp/bin:$PATH" "$@"; }
 
-base="build-essential libcmocka-dev pkg-config python3 perl sqlite3 valgrind google-perftools"
+base="build-essential libcmocka-dev pkg-config python3 perl sqlite3 valgrind google-perftools libunwind8"
 
 out=$(FAKE_MISSING=libcmocka-dev fake scripts/deps.sh --dry-run)
 [ "$out" = "deps.sh: would install: libcmocka-dev" ] || fail "dry run without cmocka: '$out'"

@@ -14,8 +14,9 @@
 #   - CMALLOC_PROF_SIGNAL writes a profile; fork beside threads with both features on, and
 #     build/tests/test_threads (when built: make test builds it first) with both on;
 #   - the profiler's memory is fixed (the stats line), samples past the table are counted
-#     as dropped.
-# google-pprof comes from scripts/deps.sh (google-perftools).
+#     as dropped; stacks are unwound by libunwind when it is installed;
+#   - the guard rate holds for a mix of sizes (one small allocation in N guarded).
+# google-pprof and libunwind8 come from scripts/deps.sh.
 set -u
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cmalloc-prof.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -85,6 +86,18 @@ if [ -x build/tests/test_threads ]; then
     CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=20 build/tests/test_threads >"$tmp/threads.txt" 2>&1 ||
         { tail -20 "$tmp/threads.txt"; fail "test_threads with the profiler and guard on"; }
 fi
+
+# The guard rate holds whatever the sizes: one small allocation in N (16 B to 4 KiB, 9 of the
+# 10 sizes mixed, are guardable: 3600 expected of 400,000 at N = 100, standard deviation 60).
+line=$(CMALLOC_GUARD_RATE=100 "$prog" mixed 400000 | grep 'guarded:')
+chosen=$(echo "$line" | sed -n 's/.* \([0-9]*\) allocations chosen.*/\1/p')
+echo "guard rate: ${chosen:-?} of 400000 mixed allocations guarded, 3600 expected"
+[ -n "$chosen" ] && [ "$chosen" -gt 3240 ] && [ "$chosen" -lt 3960 ] ||
+    fail "guard rate: $chosen guarded allocations is not within 10% of 3600 ($line)"
+
+# Stacks come from libunwind (scripts/deps.sh installs libunwind8), libgcc's unwinder without it.
+line=$(CMALLOC_PROF=1 "$prog" mixed 1000 | grep 'profiler:')
+echo "$line" | grep -q 'unwound by libunwind' || fail "the profiler does not use libunwind: $line"
 
 # Bounded memory: every allocation sampled, more than the table holds.
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=1 "$prog" many 13000 >"$tmp/many.txt" || fail "many: status $?"

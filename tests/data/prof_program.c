@@ -38,11 +38,26 @@ static unsigned next_random(unsigned *state)
     return *state >> 8;
 }
 
-__attribute__((noinline)) void *estimate_small(size_t size) { return malloc(size); }
-__attribute__((noinline)) void *estimate_large(size_t size) { return malloc(size); }
-__attribute__((noinline)) void *leaky_function(size_t size) { return malloc(size); }
-__attribute__((noinline)) char *make_buffer(size_t size) { return malloc(size); }
-__attribute__((noinline)) void release_buffer(char *p) { free(p); }
+__attribute__((noinline)) void *estimate_small(size_t size)
+{
+    return malloc(size);
+}
+__attribute__((noinline)) void *estimate_large(size_t size)
+{
+    return malloc(size);
+}
+__attribute__((noinline)) void *leaky_function(size_t size)
+{
+    return malloc(size);
+}
+__attribute__((noinline)) char *make_buffer(size_t size)
+{
+    return malloc(size);
+}
+__attribute__((noinline)) void release_buffer(char *p)
+{
+    free(p);
+}
 
 /* Writes the profile and prints the true live bytes for the test to compare. */
 static int dump_and_print(const char *path, size_t live)
@@ -74,8 +89,10 @@ static int estimate(const char *path)
     kept = calloc(KEPT, sizeof *kept);
     live += KEPT * sizeof *kept; /* profiled too */
     for (size_t i = 0; i < KEPT / 2; i++) {
-        kept_sizes[i] = i % 1000 == 1 ? 300000 + next_random(&state) % 200000 : 16 + next_random(&state) % 3000;
-        kept[i] = kept_sizes[i] > 4096 ? estimate_large(kept_sizes[i]) : estimate_small(kept_sizes[i]);
+        kept_sizes[i] =
+            i % 1000 == 1 ? 300000 + next_random(&state) % 200000 : 16 + next_random(&state) % 3000;
+        kept[i] =
+            kept_sizes[i] > 4096 ? estimate_large(kept_sizes[i]) : estimate_small(kept_sizes[i]);
         live += kept_sizes[i];
     }
     pthread_t thread;
@@ -98,7 +115,10 @@ static int leak(void)
     return 0;
 }
 
-__attribute__((noinline)) void *replace_block(size_t size) { return malloc(size); }
+__attribute__((noinline)) void *replace_block(size_t size)
+{
+    return malloc(size);
+}
 
 static int replace(size_t count, size_t times, const char *path)
 {
@@ -150,7 +170,8 @@ static int fork_with_threads(void)
             _exit(cmalloc_prof_dump("/dev/null") == 0 ? 0 : 3);
         }
         int status;
-        if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0) {
             fprintf(stderr, "fork %d: child failed\n", i);
             return 1;
         }
@@ -195,8 +216,18 @@ int main(int argc, char **argv)
         cmalloc_stats_print(1);
         return 0;
     }
+    if (strcmp(mode, "mixed") == 0 && argc > 2) { /* n allocations of 16 B - 8 KiB, freed */
+        unsigned seed = 1;
+        for (long i = 0; i < atol(argv[2]); i++) {
+            seed = seed * 1103515245u + 12345u;
+            free(estimate_small((size_t)16 << (seed >> 16) % 10)); /* 16 B .. 8 KiB alike */
+        }
+        cmalloc_stats_print(1);
+        return 0;
+    }
     if (strcmp(mode, "replace") == 0 && argc > 4)
         return replace((size_t)atol(argv[2]), (size_t)atol(argv[3]), argv[4]);
-    fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal | fork | many N | replace N K PATH\n");
+    fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal "
+                    "| fork | many N | mixed N | replace N K PATH\n");
     return 2;
 }
