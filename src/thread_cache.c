@@ -8,12 +8,14 @@
  * Sizing: a list's max_length starts at 0 (a class the thread never used costs nothing) and
  * grows by one per miss up to the class's batch, then by a batch per miss up to list_cap()
  * (slow start: a thread that allocates little caches little). The fast paths keep no byte
- * count; the budget bounds what the lists may hold instead: capacity, the sum of max_length *
- * class size, changes only here. A cache's budget (max_size) starts at CM_THREAD_START_BUDGET
- * and grows, in doubling steps claimed from the global pool of CMALLOC_THREAD_CACHE_TOTAL
- * bytes, to at most CMALLOC_THREAD_CACHE_MAX; when capacity passes it, every list's max_length
- * is halved and what no longer fits is given back.
- *
+ * count, so the budget is kept on slow paths: published_size counts each list's bytes as of its
+ * own last slow path, and a cache's budget (max_size) bounds it. The budget starts at
+ * CM_THREAD_START_BUDGET and grows, in doubling steps claimed from the global pool of
+ * CMALLOC_THREAD_CACHE_TOTAL bytes, to at most CMALLOC_THREAD_CACHE_MAX; past it, every list's
+ * max_length is halved and what no longer fits is given back. Bytes pushed by fast paths since
+ * a list's last slow path are bounded by its max_length: capacity, the sum of max_length *
+ * class size, is held within CM_CAPACITY_PER_BUDGET budgets, so what a cache really holds is
+ * never more than that.
  * Thread exit: a pthread key destructor flushes the cache and recycles it. Calls made after
  * that (other libraries' destructors) see thread_state == GONE and go to the central cache.
  * A cache whose thread exited without that destructor (its first allocation came in the last
@@ -193,17 +195,23 @@ static cm_thread_cache *cache_for_thread(void)
     return thread_state == THREAD_GONE || cm_option.check ? NULL : create();
 }
 
-/* Over budget (capacity > max_size): first try to grow the budget, else halve every list's
- * max_length and give back what no longer fits. Works on the calling thread's live cache. */
+static bool over_budget(const cm_thread_cache *cache)
+{
+    return cache->published_size > cache->max_size ||
+           cache->capacity > CM_CAPACITY_PER_BUDGET * cache->max_size;
+}
+
+/* Over budget: first try to grow the budget, else halve every list's max_length and give back
+ * what no longer fits. Works on the calling thread's live cache. */
 static void scavenge(cm_thread_cache *cache)
 {
     if (cache->max_size < cm_option.thread_cache_max) {
         size_t room = cm_option.thread_cache_max - cache->max_size;
         cache->max_size += claim_budget(cache->max_size < room ? cache->max_size : room);
-        if (cache->capacity <= cache->max_size)
+        if (!over_budget(cache))
             return;
     }
-    while (cache->capacity > cache->max_size) {
+    while (over_budget(cache)) {
         for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
             cm_free_list *list = &cache->lists[size_class];
             uint32_t max_length = list->max_length / 2;
@@ -243,7 +251,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     const uint32_t batch = cm_classes[size_class].batch;
     if (list->head == NULL) {
         grow(cache, size_class);
-        if (cache->capacity > cache->max_size)
+        if (over_budget(cache))
             scavenge(cache);
         uint32_t want = list->max_length < batch ? list->max_length : batch;
         cm_central_tick();
@@ -259,9 +267,9 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     list->head = cm_link_next_checked(object);
     cm_object_hand_out(object);
     list->length--;
-    if (cache->capacity > cache->max_size)
-        scavenge(cache);
     publish(cache, size_class);
+    if (over_budget(cache))
+        scavenge(cache);
     return object;
 }
 
@@ -284,9 +292,9 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
         if (list->max_length < batch)
             set_max_length(cache, size_class, list->max_length + 1);
     }
-    if (cache->capacity > cache->max_size)
-        scavenge(cache);
     publish(cache, size_class);
+    if (over_budget(cache))
+        scavenge(cache);
 }
 
 void cm_thread_cache_flush_current(void)
@@ -320,13 +328,14 @@ size_t cm_thread_cache_bytes(size_t *caches)
 }
 
 /* Checks the calling thread's cache: each list holds length objects of its class, no more
- * than its max_length, which is within its cap; capacity adds up and is within the budget. */
+ * than its max_length, which is within its cap; capacity and the published size add up and are
+ * within the budget. */
 bool cm_thread_cache_valid(void)
 {
     if (thread_state != THREAD_LIVE)
         return true;
     cm_thread_cache *cache = cm_thread_cache_current;
-    size_t capacity = 0;
+    size_t capacity = 0, published = 0;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (!cm_object_list_valid(size_class, list->head, list->length) ||
@@ -334,8 +343,10 @@ bool cm_thread_cache_valid(void)
             list->max_length > list_cap(size_class) + cm_classes[size_class].batch)
             return false;
         capacity += (size_t)list->max_length * cm_classes[size_class].size;
+        published += (size_t)cache->published_length[size_class] * cm_classes[size_class].size;
     }
-    return capacity == cache->capacity && cache->capacity <= cache->max_size &&
+    return capacity == cache->capacity && published == cache->published_size &&
+           !over_budget(cache) &&
            cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
 

@@ -73,8 +73,9 @@ typedef struct cm_span {
 
 /* ---- thread cache -------------------------------------------------------------------------
  * One per thread. Invariants, outside a slow path: lists[c].length <= lists[c].max_length,
- * capacity == sum over classes of lists[c].max_length * class size, and capacity <= max_size.
- * So the bytes a cache holds are bounded with no byte count on the fast paths.
+ * capacity == sum over classes of lists[c].max_length * class size, published_size <= max_size
+ * and capacity <= CM_CAPACITY_PER_BUDGET * max_size (thread_cache.c): the bytes a cache holds
+ * are bounded with no byte count on the fast paths.
  */
 typedef struct cm_free_list {
     void *head;          /* objects linked through their first word */
@@ -89,8 +90,8 @@ typedef struct cm_thread_cache {
     int64_t sample_left;                /* bytes the fast path may hand out before a sample point
                                            (prof.c); never below 0, and 0 forever with sampling off */
     size_t capacity;              /* sum of max_length * class size: what the lists may hold */
-    size_t max_size;              /* budget for capacity: grows from a small start, drawn from a
-                                     global pool */
+    size_t max_size;              /* budget for published_size: grows from a small start, drawn
+                                     from a global pool */
     size_t published_size;        /* bytes on the lists as of each list's last slow path, for
                                      stats (atomic) */
     int owner_tid;                /* kernel id of its thread, to find caches whose thread is gone */

@@ -72,7 +72,8 @@ static void *budget_thread(void *arg)
             for (unsigned c = 1; c < cm_class_count; c++)
                 held += (size_t)cache->lists[c].length * cm_classes[c].size;
             CHECK(held <= cache->capacity);
-            CHECK(cache->capacity <= cache->max_size);
+            CHECK(cache->capacity <= CM_CAPACITY_PER_BUDGET * cache->max_size);
+            CHECK(cache->published_size <= cache->max_size);
             CHECK(cache->max_size <= cm_option.thread_cache_max);
         }
     }
