@@ -2,21 +2,28 @@
  * the N frees.
  *
  * What it measures
- *   One round: --count allocations of --size bytes, then every object freed, in allocation
- *   order (--free-order=fifo), the reverse (lifo) or a random order drawn before timing
- *   (random); every pointer is folded into a sink at its free, so nothing is optimised away,
- *   and the sum is checked against the pointers allocated. The arena has no single frees: it
- *   folds every pointer, then resets once. So the time is the allocator's own work (and the
- *   memory it touches itself: headers, links, bitmaps), not the program's.
+ *   One round: --count allocations of --size bytes, each pointer stored in an array and folded
+ *   into a sink, then every object freed, its pointer read back in allocation order
+ *   (--free-order=fifo), the reverse (lifo) or a random order drawn before timing (random)
+ *   and folded again, so nothing is optimised away and the two sums are checked against each
+ *   other. The arena has no single frees: its frees are one reset, and it reads no pointer
+ *   back (that would be the benchmark's work, 0.3 ns an object on 1M x 16 B). So the time is
+ *   the allocator's own work (and the memory it touches itself: headers, links, bitmaps) plus
+ *   the same loop for every allocator, not the program's. The loops are compiled once for each
+ *   allocator, order and option (run()), with their counters in registers.
  *   --touch: each object is also written (its index) at allocation and read back (folded
  *   instead of its pointer) at its free, as a program would use it: every allocator then pays
  *   the same extra memory traffic, which narrows the ratios.
  *   --alloc malloc   malloc/free: whichever allocator is loaded (glibc, or LD_PRELOAD)
  *   --alloc pool     cmalloc_pool_alloc/free on a GROW pool with room for --count objects
  *   --alloc arena    cmalloc_arena_alloc(size, 16), then cmalloc_arena_reset
- *   pool and arena are cmalloc's API, found with dlsym: run them with cmalloc preloaded
- *   (LD_PRELOAD=build/libcmalloc.so). The pool or arena is created before the first round and
- *   destroyed after the last, outside the timed region; the pointer array comes from mmap.
+ *   pool and arena are cmalloc's API as cmalloc.h gives it to a program, with the inline fast
+ *   paths of cmalloc_pool_alloc/free and cmalloc_arena_alloc; the functions are weak symbols,
+ *   found when cmalloc is preloaded (LD_PRELOAD=build/libcmalloc.so). --calls: every pool and
+ *   arena call goes to the library instead (what a call costs: a program calling through a
+ *   function pointer, or without the inline paths). The pool or arena is created before the
+ *   first round and destroyed after the last, outside the timed region; the pointer array
+ *   comes from mmap. malloc and free are called as any program calls them (through the PLT).
  *   --rounds rounds (default 7) run back to back, each timed alone with CLOCK_MONOTONIC; the
  *   first one also pays for faulting the memory in, for every allocator alike.
  *
@@ -29,16 +36,27 @@
  *   fields are empty. --threads must be 1 (the work is fixed; the matrix runs it once);
  *   --seconds and --warmup are accepted for the matrix script and ignored.
  *
- * Example: LD_PRELOAD=build/libcmalloc.so build/bench/pool_bench --alloc pool --size 16
+ * Example: LD_PRELOAD=build/libcmalloc.so build/bench/pool_bench --alloc pool --size 16 [--calls]
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
+#include <stdbool.h>
 
 #include "bench_util.h"
 
-typedef struct cmalloc_pool cmalloc_pool;
-typedef struct cmalloc_arena cmalloc_arena;
-#define POOL_GROW 1u /* CMALLOC_POOL_GROW: bench programs do not include cmalloc.h */
+/* cmalloc's API as a program compiled against cmalloc.h sees it (with the inline fast paths of
+ * cmalloc_pool_alloc and cmalloc_arena_alloc), its functions declared weak: the binary links
+ * without cmalloc, so its malloc runs compare every allocator on the very same program, and
+ * they resolve when cmalloc is preloaded. */
+#include "cmalloc.h"
+#pragma weak cmalloc_pool_create
+#pragma weak cmalloc_pool_alloc
+#pragma weak cmalloc_pool_free
+#pragma weak cmalloc_pool_in_use
+#pragma weak cmalloc_pool_destroy
+#pragma weak cmalloc_arena_create
+#pragma weak cmalloc_arena_alloc
+#pragma weak cmalloc_arena_reset
+#pragma weak cmalloc_arena_destroy
 
 enum kind { KIND_MALLOC, KIND_POOL, KIND_ARENA };
 enum order { ORDER_FIFO, ORDER_LIFO, ORDER_RANDOM };
@@ -53,112 +71,106 @@ static struct {
     const char *label;
     uint64_t seed;
     int touch;
-} opt = {KIND_MALLOC, 1000000, 16, ORDER_FIFO, 7, 1, "pool", 1, 0};
+    int calls;
+} opt = {KIND_MALLOC, 1000000, 16, ORDER_FIFO, 7, 1, "pool", 1, 0, 0};
 
-static struct {
-    cmalloc_pool *(*pool_create)(size_t, size_t, unsigned);
-    void *(*pool_alloc)(cmalloc_pool *);
-    void (*pool_free)(cmalloc_pool *, void *);
-    void (*pool_destroy)(cmalloc_pool *);
-    cmalloc_arena *(*arena_create)(size_t);
-    void *(*arena_alloc)(cmalloc_arena *, size_t, size_t);
-    void (*arena_reset)(cmalloc_arena *);
-    void (*arena_destroy)(cmalloc_arena *);
-} api;
-
-static void *need(const char *name)
+static void need_api(void)
 {
-    void *f = dlsym(RTLD_DEFAULT, name);
-    if (f == NULL) {
-        fprintf(stderr,
-                "pool_bench: --alloc pool/arena needs cmalloc's API (%s not found): "
-                "run with LD_PRELOAD=build/libcmalloc.so\n",
-                name);
+    /* all came together; cmalloc_pool_in_use came with the three-argument create, so an older
+     * cmalloc that lacks it is not called with the wrong signature */
+    if ((void *)cmalloc_pool_in_use == NULL || (void *)cmalloc_pool_create == NULL ||
+        (void *)cmalloc_arena_create == NULL) {
+        fprintf(stderr, "pool_bench: --alloc pool/arena needs cmalloc's API: run with "
+                        "LD_PRELOAD=build/libcmalloc.so\n");
         exit(2);
     }
-    return f;
-}
-
-static void lookup_api(void)
-{
-    /* cmalloc_pool_in_use came with the three-argument create: older cmallocs lack both */
-    need("cmalloc_pool_in_use");
-    *(void **)&api.pool_create = need("cmalloc_pool_create");
-    *(void **)&api.pool_alloc = need("cmalloc_pool_alloc");
-    *(void **)&api.pool_free = need("cmalloc_pool_free");
-    *(void **)&api.pool_destroy = need("cmalloc_pool_destroy");
-    *(void **)&api.arena_create = need("cmalloc_arena_create");
-    *(void **)&api.arena_alloc = need("cmalloc_arena_alloc");
-    *(void **)&api.arena_reset = need("cmalloc_arena_reset");
-    *(void **)&api.arena_destroy = need("cmalloc_arena_destroy");
 }
 
 static uint64_t volatile sink;
 
-/* What a round keeps of object p (allocated i-th): with --touch its contents, written at
- * allocation; else the pointer itself. Either way it goes into the sink. */
-static inline uint64_t keep(void *p, size_t i)
-{
-    if (opt.touch)
-        *(uint64_t *)p = i;
-    return opt.touch ? 0 : (uint64_t)(uintptr_t)p;
-}
-static inline uint64_t fold(const void *p)
-{
-    return opt.touch ? *(const uint64_t *)p : (uint64_t)(uintptr_t)p;
-}
-
-/* The i-th object to free: in allocation order without reading an array (order == NULL), so
- * that the common case adds no memory traffic of the benchmark's own. */
-static inline size_t nth(const uint32_t *order, size_t i)
-{
-    return order ? order[i] : i;
-}
-
-/* One timed round; returns its ns. objects: the pointer array; order: the free order. */
-static uint64_t round_ns(void **objects, const uint32_t *order, cmalloc_pool *pool,
-                         cmalloc_arena *arena)
+/* One round's work, written once and instantiated for each allocator, --touch, free order and
+ * --calls (all constants in each copy): so the loops keep their counters in registers and test
+ * nothing but the allocator's result, and every allocator runs the same loop. What a round
+ * keeps of object p (allocated i-th): with touch its contents, written at allocation; else the
+ * pointer itself. The i-th object to free: in allocation order without reading an array
+ * (ordered false), so that the common case adds no memory traffic of the benchmark's own.
+ * calls: cmalloc_pool_alloc/free and cmalloc_arena_alloc called in the library, as
+ * (cmalloc_pool_alloc)(pool) does, instead of cmalloc.h's inline fast paths. */
+static inline __attribute__((always_inline)) uint64_t run(enum kind kind, bool touch, bool ordered,
+                                                          bool calls, void **objects,
+                                                          const uint32_t *order, cmalloc_pool *pool,
+                                                          cmalloc_arena *arena)
 {
     size_t n = opt.count, size = opt.size;
     uint64_t kept = 0, folded = 0;
     uint64_t start = bench_now_ns();
-    switch (opt.kind) {
-    case KIND_MALLOC:
-        for (size_t i = 0; i < n; i++)
-            kept += keep(objects[i] = malloc(size), i);
-        for (size_t i = 0; i < n; i++) {
-            void *p = objects[nth(order, i)];
-            folded += fold(p);
-            free(p);
-        }
-        break;
-    case KIND_POOL:
-        for (size_t i = 0; i < n; i++)
-            kept += keep(objects[i] = api.pool_alloc(pool), i);
-        for (size_t i = 0; i < n; i++) {
-            void *p = objects[nth(order, i)];
-            folded += fold(p);
-            api.pool_free(pool, p);
-        }
-        break;
-    case KIND_ARENA:
-        for (size_t i = 0; i < n; i++)
-            kept += keep(objects[i] = api.arena_alloc(arena, size, 16), i);
-        for (size_t i = 0; i < n; i++)
-            folded += fold(objects[nth(order, i)]);
-        api.arena_reset(arena);
-        break;
+    for (size_t i = 0; i < n; i++) {
+        void *p = kind == KIND_MALLOC ? malloc(size)
+                  : kind == KIND_POOL
+                      ? (calls ? (cmalloc_pool_alloc)(pool) : cmalloc_pool_alloc(pool))
+                  : calls ? (cmalloc_arena_alloc)(arena, size, 16)
+                          : cmalloc_arena_alloc(arena, size, 16);
+        objects[i] = p;
+        if (touch)
+            *(uint64_t *)p = i;
+        else
+            kept += (uint64_t)(uintptr_t)p;
     }
+    /* The frees: each pointer read back (in the free order) and freed. The arena frees nothing
+     * one by one, its frees are the reset: it reads the pointers back only to use the objects
+     * (touch), and its pointers were folded as they came. */
+    if (kind == KIND_ARENA && !touch)
+        folded = kept;
+    for (size_t i = 0; i < n && (kind != KIND_ARENA || touch); i++) {
+        void *p = objects[ordered ? order[i] : i];
+        folded += touch ? *(const uint64_t *)p : (uint64_t)(uintptr_t)p;
+        if (kind == KIND_MALLOC)
+            free(p);
+        else if (kind == KIND_POOL && calls)
+            (cmalloc_pool_free)(pool, p);
+        else if (kind == KIND_POOL)
+            cmalloc_pool_free(pool, p);
+    }
+    if (kind == KIND_ARENA)
+        cmalloc_arena_reset(arena);
     uint64_t took = bench_now_ns() - start;
     sink += folded;
     /* untouched: the pointers folded at free are those kept at allocation; touched: every
      * object still holds its index */
-    if (opt.touch ? folded != (uint64_t)n * (n - 1) / 2 : folded != kept) {
+    if (touch ? folded != (uint64_t)n * (n - 1) / 2 : folded != kept) {
         fprintf(stderr, "pool_bench: objects were lost or overwritten\n");
         exit(1);
     }
     return took;
 }
+
+#define RUN(kind, touch, ordered, calls)                                                 \
+    static __attribute__((noinline)) uint64_t run_##kind##_##touch##ordered##calls(      \
+        void **objects, const uint32_t *order, cmalloc_pool *pool, cmalloc_arena *arena) \
+    {                                                                                    \
+        return run(kind, touch, ordered, calls, objects, order, pool, arena);            \
+    }
+#define RUN_KIND(kind)                                                                             \
+    RUN(kind, 0, 0, 0)                                                                             \
+    RUN(kind, 0, 1, 0) RUN(kind, 1, 0, 0) RUN(kind, 1, 1, 0) RUN(kind, 0, 0, 1) RUN(kind, 0, 1, 1) \
+        RUN(kind, 1, 0, 1) RUN(kind, 1, 1, 1)
+RUN_KIND(KIND_MALLOC)
+RUN_KIND(KIND_POOL)
+RUN_KIND(KIND_ARENA)
+
+typedef uint64_t round_fn(void **, const uint32_t *, cmalloc_pool *, cmalloc_arena *);
+/* rounds[kind][touch][ordered][calls] */
+#define ROW(k)                                                            \
+    {                                                                     \
+        {{run_##k##_000, run_##k##_001}, {run_##k##_010, run_##k##_011}}, \
+        {                                                                 \
+            {run_##k##_100, run_##k##_101},                               \
+            {                                                             \
+                run_##k##_110, run_##k##_111                              \
+            }                                                             \
+        }                                                                 \
+    }
+static round_fn *const rounds[3][2][2][2] = {ROW(KIND_MALLOC), ROW(KIND_POOL), ROW(KIND_ARENA)};
 
 static int compare_u64(const void *a, const void *b)
 {
@@ -168,10 +180,10 @@ static int compare_u64(const void *a, const void *b)
 
 static void usage(void)
 {
-    fprintf(
-        stderr,
-        "usage: pool_bench [--alloc malloc|pool|arena] [--count N] [--size BYTES (8..)]\n"
-        "                  [--free-order fifo|lifo|random] [--rounds R] [--seed S] [--touch]\n");
+    fprintf(stderr,
+            "usage: pool_bench [--alloc malloc|pool|arena] [--count N] [--size BYTES (8..)]\n"
+            "                  [--free-order fifo|lifo|random] [--rounds R] [--seed S] [--touch]\n"
+            "                  [--calls]\n");
     exit(2);
 }
 
@@ -197,6 +209,8 @@ static void parse(int argc, char **argv)
             opt.rounds = (int)bench_parse_num("--rounds", v);
         } else if (!strcmp(argv[i], "--touch")) {
             opt.touch = 1;
+        } else if (!strcmp(argv[i], "--calls")) {
+            opt.calls = 1;
         } else if ((v = bench_opt(argc, argv, &i, "--seed"))) {
             opt.seed = (uint64_t)bench_parse_num("--seed", v);
         } else if ((v = bench_opt(argc, argv, &i, "--threads"))) {
@@ -221,7 +235,7 @@ int main(int argc, char **argv)
                       *orders[] = {"fifo", "lifo", "random"};
     parse(argc, argv);
     if (opt.kind != KIND_MALLOC)
-        lookup_api();
+        need_api();
     void **objects = bench_map(opt.count * sizeof *objects);
     uint32_t *order = bench_map(opt.count * sizeof *order);
     for (size_t i = 0; i < opt.count; i++)
@@ -235,22 +249,24 @@ int main(int argc, char **argv)
     }
     cmalloc_pool *pool = NULL;
     cmalloc_arena *arena = NULL;
-    if (opt.kind == KIND_POOL && (pool = api.pool_create(opt.size, opt.count, POOL_GROW)) == NULL) {
+    if (opt.kind == KIND_POOL &&
+        (pool = cmalloc_pool_create(opt.size, opt.count, CMALLOC_POOL_GROW)) == NULL) {
         perror("pool_bench: cmalloc_pool_create");
         return 2;
     }
     if (opt.kind == KIND_ARENA &&
-        (arena = api.arena_create(opt.count * ((opt.size + 15) & ~(size_t)15))) == NULL) {
+        (arena = cmalloc_arena_create(opt.count * ((opt.size + 15) & ~(size_t)15))) == NULL) {
         perror("pool_bench: cmalloc_arena_create");
         return 2;
     }
     uint64_t *times = bench_map((size_t)opt.rounds * sizeof *times);
     for (int r = 0; r < opt.rounds; r++)
-        times[r] = round_ns(objects, opt.order == ORDER_FIFO ? NULL : order, pool, arena);
+        times[r] = rounds[opt.kind][opt.touch][opt.order != ORDER_FIFO][opt.calls](objects, order,
+                                                                                   pool, arena);
     if (pool)
-        api.pool_destroy(pool);
+        cmalloc_pool_destroy(pool);
     if (arena)
-        api.arena_destroy(arena);
+        cmalloc_arena_destroy(arena);
     qsort(times, (size_t)opt.rounds, sizeof *times, compare_u64);
     double median = (double)times[opt.rounds / 2];
     printf("pool_bench: %s, %zu objects of %zu bytes, free order %s, %d rounds%s\n",

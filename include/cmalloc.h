@@ -139,6 +139,113 @@ size_t cmalloc_pool_object_size(const cmalloc_pool *pool); /* usable bytes of ea
  * call on the pool may be running or follow. */
 void cmalloc_pool_destroy(cmalloc_pool *pool);
 
+/* ---- the inline fast paths -------------------------------------------------------------------
+ * cmalloc_pool_alloc, cmalloc_pool_free and cmalloc_arena_alloc are also defined here, inline,
+ * for their common case (a pool word with a free object; a free into a chunk the library has
+ * checked before; a request that fits the arena's chunk): a call costs more than their work.
+ * Everything else, and every call through the function's address, goes to the exported
+ * function of the same name (the name in parentheses calls it directly), which does the same
+ * and more, with every check; the results are the same either way. Define CMALLOC_NO_INLINE
+ * before including this header to call the library for everything.
+ * The structs below are the first fields of every pool and arena, part of the library's ABI:
+ * read and written only by this header's inline functions and by the library, never by a
+ * program. A THREAD_SAFE pool's are set so that its inline paths always call the library. */
+#define CMALLOC_POOL_KNOWN 64
+struct cmalloc_pool_head {
+    /* allocation */
+    uint64_t *word;  /* free bits of the objects being handed out (a set bit: object i of
+                        word_base is free); a word that is always 0 in a THREAD_SAFE pool */
+    char *word_base; /* the object of the word's bit 0 */
+    size_t stride;   /* object size, rounded up to its alignment */
+    size_t in_use;   /* what cmalloc_pool_in_use returns */
+    /* free */
+    uint64_t stride_inverse; /* inverse of the stride's odd part, modulo 2^64 */
+    unsigned stride_shift;   /* the stride's power of two */
+    unsigned chunk_shift;    /* log2 of the chunk size (chunks are aligned to it) */
+    /* chunks the library checked as this pool's, slot (address >> chunk_shift) % 64: object
+     * 0 (NULL when none), the free bits (bit i: object i) and the objects (0 when none) of
+     * each; all empty in a THREAD_SAFE pool */
+    char *known_base[CMALLOC_POOL_KNOWN];
+    uint64_t *known_words[CMALLOC_POOL_KNOWN];
+    size_t known_objects[CMALLOC_POOL_KNOWN];
+};
+struct cmalloc_arena_head {
+    char *cursor; /* next free byte of the current chunk */
+    char *end;    /* end of the current chunk, aligned to 4096 at least */
+};
+
+#ifdef __GNUC__
+/* The free of object, when the known chunk of its address bits holds it as an allocated object
+ * and its word keeps another free object (else the library has bookkeeping to do). The index
+ * is an exact division: the offset from object 0 (mod 2^64) times the inverse of the stride's
+ * odd part, rotated right by its power of two, is the quotient when the stride divides the
+ * offset, and above UINT64_MAX / stride otherwise; so it is below the chunk's objects exactly
+ * for the start of one of them, and nothing else (another chunk's, NULL, a pointer inside an
+ * object) passes. 1 when done; 0: the library must do it (and reports a double free or a
+ * foreign pointer). */
+static inline __attribute__((always_inline)) int
+cmalloc_pool_free_fast(struct cmalloc_pool_head *head, void *object)
+{
+    size_t slot = ((uintptr_t)object >> head->chunk_shift) % CMALLOC_POOL_KNOWN;
+    uint64_t x =
+        (uint64_t)((uintptr_t)object - (uintptr_t)head->known_base[slot]) * head->stride_inverse;
+    unsigned k = head->stride_shift;
+    size_t index = (size_t)((x >> k) | (x << ((64 - k) & 63)));
+    if (__builtin_expect(index >= head->known_objects[slot], 0))
+        return 0;
+    uint64_t *word = head->known_words[slot] + index / 64, old = *word;
+    if (__builtin_expect(((old >> (index % 64)) & 1) != 0 || old == 0, 0))
+        return 0;
+    *word = old | (uint64_t)1 << (index % 64);
+    head->in_use--;
+    return 1;
+}
+#endif
+
+#if !defined(CMALLOC_NO_INLINE) && !defined(CMALLOC_BUILDING) && defined(__GNUC__)
+/* The lowest free object of the pool's current word: a load, a test, a bit clear, a count of
+ * trailing zeros and a multiply-add. */
+static inline __attribute__((always_inline)) void *cmalloc_pool_alloc_inline(cmalloc_pool *pool)
+{
+    struct cmalloc_pool_head *head = (struct cmalloc_pool_head *)pool;
+    uint64_t bits = *head->word;
+    if (__builtin_expect(bits != 0, 1)) {
+        *head->word = bits & (bits - 1);
+        head->in_use++;
+        return head->word_base + (size_t)(unsigned)__builtin_ctzll(bits) * head->stride;
+    }
+    return (cmalloc_pool_alloc)(pool);
+}
+#define cmalloc_pool_alloc(pool) cmalloc_pool_alloc_inline(pool)
+
+static inline __attribute__((always_inline)) void cmalloc_pool_free_inline(cmalloc_pool *pool,
+                                                                           void *object)
+{
+    if (!cmalloc_pool_free_fast((struct cmalloc_pool_head *)pool, object))
+        (cmalloc_pool_free)(pool, object);
+}
+#define cmalloc_pool_free(pool, object) cmalloc_pool_free_inline(pool, object)
+
+/* A bump: with a constant alignment up to 4096, an add, a mask (none for 1), a compare and
+ * the store of the cursor. size 0 and bad alignments fail the test and get their EINVAL from
+ * the library, as do requests that do not fit. */
+static inline __attribute__((always_inline)) void *
+cmalloc_arena_alloc_inline(cmalloc_arena *arena, size_t size, size_t align)
+{
+    struct cmalloc_arena_head *head = (struct cmalloc_arena_head *)arena;
+    uintptr_t p = ((uintptr_t)head->cursor + align - 1) & ~(uintptr_t)(align - 1);
+    /* align in 1..4096, a power of two: p cannot pass the end, which is aligned to 4096 */
+    if (__builtin_expect(align - 1 < 4096 && (align & (align - 1)) == 0 &&
+                             size - 1 < (uintptr_t)head->end - p,
+                         1)) {
+        head->cursor = (char *)p + size;
+        return (void *)p;
+    }
+    return (cmalloc_arena_alloc)(arena, size, align);
+}
+#define cmalloc_arena_alloc(arena, size, align) cmalloc_arena_alloc_inline(arena, size, align)
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,9 +25,21 @@
  * per_chunk iff the offset is a multiple of the stride inside the objects). The header is
  * trusted once the pagemap says a LARGE span starts there and the header names this pool
  * (check word: address ^ pool ^ the process's random key): a foreign pointer is never
- * dereferenced blindly. Verified chunks are remembered (KNOWN_SLOTS, direct-mapped by address),
+ * dereferenced blindly. Verified chunks are remembered (KNOWN_SLOTS, direct-mapped by address:
+ * head.known_*, which cmalloc.h's inline free reads, or shared_known in a THREAD_SAFE pool),
  * so most frees skip the pagemap: random-order frees over a few chunks otherwise pay a pagemap
- * and span miss each (measured: 3x slower over 16 chunks).
+ * and span miss each (measured: 3x slower over 16 chunks). Object 0's address, the free words
+ * and the objects of each verified chunk are in the table itself, so the free fast path needs
+ * no chunk address: the exact division from the slot's object 0 is below the slot's objects
+ * only for an object of that chunk (any other address, NULL included, divides to more).
+ * The fast paths are inline in cmalloc.h (the call cost more than the work: 6.3 against
+ * 3.4 ns an object allocated and freed, build/bench/pool_bench --calls): they read and write
+ * struct cmalloc_pool_head, the first member of the pool (word, word_base, stride, in_use, the
+ * division and the known table), and call the exported functions for everything else; those
+ * start with the same paths. That struct is ABI: a new layout is a new soname. A THREAD_SAFE
+ * pool's head says "empty" (word: no_objects; no known chunk), so its inline paths always call
+ * the library, whose locked and atomic paths keep their own word and table (shared_word,
+ * shared_known).
  * THREAD_SAFE: allocations take the pool's lock; frees take none: the bits are set with atomic
  * read-modify-writes (the one that finds the bit set reports the double free), and a chunk is
  * pushed onto the partial stack lock-free (only lock holders pop, so no ABA). The allocator
@@ -46,6 +58,7 @@
  *   summary bit w clear  =>  free word w == 0;   bits past a chunk's objects are clear
  */
 #include "fastpath.h"
+#define CMALLOC_BUILDING /* the exported functions, not the header's inline copies */
 #include "cmalloc.h"
 
 #include <errno.h>
@@ -57,8 +70,8 @@
 #define CHUNK_MAX       ((size_t)1 << 20)  /* unless one object needs more */
 /* `shared` must fold to a constant in each copy of the paths that take it */
 #define ALWAYS_INLINE   inline __attribute__((always_inline))
-#define KNOWN_SLOTS     64                /* verified chunks remembered per pool */
-#define NOT_CHUNK       ((pool_chunk *)1) /* an empty known slot: no chunk, no NULL */
+#define KNOWN_SLOTS     CMALLOC_POOL_KNOWN /* verified chunks remembered per pool */
+#define NOT_CHUNK       ((pool_chunk *)1)  /* an empty shared_known slot: no chunk, no NULL */
 #define CHECK_TAG       ((uintptr_t)0x706f6f6c63686b31u) /* "poolchk1" */
 
 typedef struct pool_chunk {
@@ -73,23 +86,29 @@ typedef struct pool_chunk {
 } pool_chunk;
 
 struct cmalloc_pool {
-    /* hot: every alloc and free */
-    uint64_t *word;          /* the free word being allocated from; no_objects if none */
-    char *word_base;         /* the object of that word's bit 0 */
-    size_t stride;           /* object size rounded up to its alignment */
-    size_t in_use;           /* atomic (__atomic_*) when THREAD_SAFE */
-    uintptr_t chunk_mask;    /* ~(chunk_bytes - 1) */
-    size_t first_offset;     /* object 0 of a chunk */
-    uint64_t stride_inverse; /* inverse of stride's odd part, modulo 2^64 */
-    unsigned stride_shift;   /* stride's power of two */
-    unsigned chunk_shift;    /* log2(chunk_bytes) */
+    /* hot: every alloc and free. head (cmalloc.h, read and written by the inline fast paths
+     * too; the exported functions start with the same paths):
+     *   word        the free word being allocated from; no_objects if none, and always in a
+     *               THREAD_SAFE pool (whose word is shared_word), so no unlocked path takes
+     *               from one
+     *   word_base   the object of that word's bit 0;  stride  object size rounded up to its
+     *               alignment;  in_use  atomic (__atomic_*) when THREAD_SAFE
+     *   stride_inverse, stride_shift  the exact division (index_of);  chunk_shift
+     *               log2(chunk_bytes)
+     *   known_*     chunks checked as this pool's (see release_unknown), by address bits:
+     *               object 0, free words, objects; all empty in a THREAD_SAFE pool */
+    struct cmalloc_pool_head head;
+    uintptr_t chunk_mask; /* ~(chunk_bytes - 1) */
+    size_t first_offset;  /* object 0 of a chunk */
     unsigned flags;
-    pool_chunk *short_chunk;        /* FIXED: the last chunk, cut to the capacity, or NULL */
-    size_t short_objects;           /* its objects */
-    pool_chunk *current;            /* allocated from; read by THREAD_SAFE frees */
-    pool_chunk *known[KNOWN_SLOTS]; /* chunks verified as this pool's, by address bits */
-    pool_chunk *partial;            /* chunks with free objects that are not current */
-    cm_lock lock;                   /* THREAD_SAFE: taken by alloc (frees take none) */
+    pool_chunk *short_chunk; /* FIXED: the last chunk, cut to the capacity, or NULL */
+    size_t short_objects;    /* its objects */
+    pool_chunk *current;     /* allocated from; read by THREAD_SAFE frees */
+    uint64_t *shared_word;   /* THREAD_SAFE: the word allocated from (head.word's role) */
+    /* THREAD_SAFE: chunks verified as this pool's, by address bits (head.known's role) */
+    pool_chunk *shared_known[KNOWN_SLOTS];
+    pool_chunk *partial; /* chunks with free objects that are not current */
+    cm_lock lock;        /* THREAD_SAFE: taken by alloc (frees take none) */
     /* cold */
     cmalloc_pool *next_shared, *prev_shared; /* THREAD_SAFE: the list fork walks */
     pool_chunk *chunks;                      /* all of them */
@@ -99,7 +118,9 @@ struct cmalloc_pool {
     size_t capacity; /* FIXED: the limit; GROW: object slots of every chunk */
 };
 
-static uint64_t no_objects; /* what pool->word points at before the first chunk: always 0 */
+/* what a pool's word points at before its first chunk, and a THREAD_SAFE pool's head.word
+ * always: 0, never written */
+static uint64_t no_objects;
 
 static cm_lock pools_lock = CM_LOCK_INIT;
 static cmalloc_pool *shared_pools; /* every THREAD_SAFE pool, for fork */
@@ -230,26 +251,25 @@ static void layout(cmalloc_pool *pool, size_t object_size, size_t capacity)
 {
     size_t low = object_size & -object_size;
     size_t align = low < CM_ALIGNMENT ? CM_ALIGNMENT : low > 64 ? 64 : low;
-    pool->stride = (object_size + align - 1) & ~(align - 1);
-    pool->stride_shift = (unsigned)__builtin_ctzll(pool->stride);
-    uint64_t odd = pool->stride >> pool->stride_shift, inverse = odd; /* Newton: 3 bits, x2 */
+    size_t stride = pool->head.stride = (object_size + align - 1) & ~(align - 1);
+    pool->head.stride_shift = (unsigned)__builtin_ctzll(stride);
+    uint64_t odd = stride >> pool->head.stride_shift, inverse = odd; /* Newton: 3 bits, x2 */
     for (int i = 0; i < 5; i++)
         inverse *= 2 - odd * inverse;
-    pool->stride_inverse = inverse;
+    pool->head.stride_inverse = inverse;
     size_t bytes = pool->flags & CMALLOC_POOL_GROW ? CHUNK_MIN_GROW : CHUNK_MIN_FIXED;
     for (;; bytes <<= 1) {
-        pool->free_words = (bytes / pool->stride + 63) / 64;
+        pool->free_words = (bytes / stride + 63) / 64;
         pool->summary_words = (pool->free_words + 63) / 64;
         pool->first_offset =
             (sizeof(pool_chunk) + (pool->summary_words + pool->free_words) * 8 + 63) & ~(size_t)63;
-        pool->per_chunk =
-            bytes > pool->first_offset ? (bytes - pool->first_offset) / pool->stride : 0;
+        pool->per_chunk = bytes > pool->first_offset ? (bytes - pool->first_offset) / stride : 0;
         if (pool->per_chunk >= 1 && (pool->per_chunk >= capacity || bytes >= CHUNK_MAX))
             break;
     }
     pool->chunk_bytes = bytes;
     pool->chunk_mask = ~(uintptr_t)(bytes - 1);
-    pool->chunk_shift = (unsigned)__builtin_ctzll(bytes);
+    pool->head.chunk_shift = (unsigned)__builtin_ctzll(bytes);
 }
 
 CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity, unsigned flags)
@@ -265,9 +285,10 @@ CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity,
     cmalloc_pool *pool = cm_alloc(sizeof *pool);
     if (pool == NULL)
         return fail(ENOMEM);
-    *pool = (cmalloc_pool){.word = &no_objects, .lock = CM_LOCK_INIT, .flags = flags};
+    *pool = (cmalloc_pool){
+        .head.word = &no_objects, .shared_word = &no_objects, .lock = CM_LOCK_INIT, .flags = flags};
     for (size_t i = 0; i < KNOWN_SLOTS; i++)
-        pool->known[i] = NOT_CHUNK;
+        pool->shared_known[i] = NOT_CHUNK;
     layout(pool, object_size, capacity);
     /* The reservation: whole chunks, the last one cut to the capacity of a FIXED pool. */
     for (size_t reserved = 0; reserved < capacity; reserved += pool->per_chunk) {
@@ -314,7 +335,14 @@ static ALWAYS_INLINE void list_partial(cmalloc_pool *pool, pool_chunk *chunk, bo
                                         __ATOMIC_RELAXED));
 }
 
-/* Points pool->word at a non-empty free word of the current chunk; false when it has none.
+/* Where the word allocated from is kept: head.word, read by the inline fast path, or (shared)
+ * shared_word, which only lock holders read. */
+static ALWAYS_INLINE uint64_t **word_slot(cmalloc_pool *pool, bool shared)
+{
+    return shared ? &pool->shared_word : &pool->head.word;
+}
+
+/* Points the pool's word at a non-empty free word of the current chunk; false when it has none.
  * Clears the summary bits of the empty words it passes (re-checking after the clear, against
  * a racing free). */
 static bool find_word(cmalloc_pool *pool, bool shared)
@@ -333,8 +361,8 @@ static bool find_word(cmalloc_pool *pool, bool shared)
                     continue;
                 fetch_or(&summary[s], bit, shared);
             }
-            pool->word = &words[w];
-            pool->word_base = (char *)chunk + pool->first_offset + w * 64 * pool->stride;
+            *word_slot(pool, shared) = &words[w];
+            pool->head.word_base = (char *)chunk + pool->first_offset + w * 64 * pool->head.stride;
             return true;
         }
     }
@@ -383,16 +411,18 @@ static CM_NOINLINE bool refill(cmalloc_pool *pool, bool shared)
 /* The lowest free object of the current word, now allocated; NULL when the pool is out. */
 static ALWAYS_INLINE void *take(cmalloc_pool *pool, bool shared)
 {
-    uint64_t bits = load(pool->word, shared);
+    uint64_t *word = *word_slot(pool, shared);
+    uint64_t bits = load(word, shared);
     if (CM_UNLIKELY(bits == 0)) {
         if (!refill(pool, shared))
             return NULL;
-        bits = load(pool->word, shared);
+        word = *word_slot(pool, shared);
+        bits = load(word, shared);
     }
     uint64_t bit = bits & -bits;
-    clear_bits(pool->word, bit, shared);
-    count(&pool->in_use, 1, shared);
-    return pool->word_base + (size_t)__builtin_ctzll(bit) * pool->stride;
+    clear_bits(word, bit, shared);
+    count(&pool->head.in_use, 1, shared);
+    return pool->head.word_base + (size_t)__builtin_ctzll(bit) * pool->head.stride;
 }
 
 static CM_NOINLINE void *alloc_slow(cmalloc_pool *pool)
@@ -405,15 +435,16 @@ static CM_NOINLINE void *alloc_slow(cmalloc_pool *pool)
     return object;
 }
 
-/* The fast path (one thread, a word with free objects): a load, a test, a bit clear, a count
- * of trailing zeros, a multiply-add; a leaf, everything else in alloc_slow. */
+/* The fast path (one thread, a word with free objects), the same as cmalloc.h's inline copy:
+ * a load, a test, a bit clear, a count of trailing zeros, a multiply-add; a leaf, everything
+ * else in alloc_slow. A THREAD_SAFE pool's head.word is always 0. */
 CM_EXPORT void *cmalloc_pool_alloc(cmalloc_pool *pool)
 {
-    uint64_t bits;
-    if (CM_LIKELY(!(pool->flags & CMALLOC_POOL_THREAD_SAFE) && (bits = *pool->word) != 0)) {
-        *pool->word = bits & (bits - 1);
-        pool->in_use++;
-        return pool->word_base + (size_t)__builtin_ctzll(bits) * pool->stride;
+    uint64_t bits = *pool->head.word;
+    if (CM_LIKELY(bits != 0)) {
+        *pool->head.word = bits & (bits - 1);
+        pool->head.in_use++;
+        return pool->head.word_base + (size_t)(unsigned)__builtin_ctzll(bits) * pool->head.stride;
     }
     return alloc_slow(pool);
 }
@@ -426,14 +457,19 @@ CM_EXPORT void *cmalloc_pool_alloc(cmalloc_pool *pool)
 static ALWAYS_INLINE size_t index_of(const cmalloc_pool *pool, const void *p)
 {
     uint64_t offset = (uintptr_t)p - ((uintptr_t)p & pool->chunk_mask) - pool->first_offset;
-    uint64_t x = offset * pool->stride_inverse;
-    unsigned k = pool->stride_shift;
+    uint64_t x = offset * pool->head.stride_inverse;
+    unsigned k = pool->head.stride_shift;
     return (size_t)((x >> k) | (x << ((64 - k) & 63))); /* rotate right by k (k = 0: x | x) */
 }
 
-static ALWAYS_INLINE pool_chunk **known_slot(cmalloc_pool *pool, const pool_chunk *chunk)
+static ALWAYS_INLINE pool_chunk **shared_slot(cmalloc_pool *pool, const pool_chunk *chunk)
 {
-    return &pool->known[((uintptr_t)chunk >> pool->chunk_shift) % KNOWN_SLOTS];
+    return &pool->shared_known[((uintptr_t)chunk >> pool->head.chunk_shift) % KNOWN_SLOTS];
+}
+
+static ALWAYS_INLINE size_t known_slot(const cmalloc_pool *pool, const pool_chunk *chunk)
+{
+    return ((uintptr_t)chunk >> pool->head.chunk_shift) % KNOWN_SLOTS;
 }
 
 static CM_COLD void report(const cmalloc_pool *pool, const void *object, bool twice)
@@ -459,11 +495,11 @@ static CM_NOINLINE void release_rare(cmalloc_pool *pool, pool_chunk *chunk, size
 {
     uint64_t bit = (uint64_t)1 << (index % 64);
     if (old & bit) {
-        report(pool, (char *)chunk + pool->first_offset + index * pool->stride, true);
+        report(pool, (char *)chunk + pool->first_offset + index * pool->head.stride, true);
         return;
     }
     fetch_or(&summary_of(chunk)[index / 4096], (uint64_t)1 << (index / 64 % 64), shared);
-    count(&pool->in_use, -1, shared);
+    count(&pool->head.in_use, -1, shared);
     pool_chunk *current =
         shared ? __atomic_load_n(&pool->current, __ATOMIC_SEQ_CST) : pool->current;
     if (chunk != current)
@@ -485,7 +521,18 @@ static ALWAYS_INLINE void release(cmalloc_pool *pool, pool_chunk *chunk, size_t 
     if (CM_UNLIKELY((old & bit) || old == 0))
         release_rare(pool, chunk, index, old, shared);
     else
-        count(&pool->in_use, -1, shared);
+        count(&pool->head.in_use, -1, shared);
+}
+
+/* Remembers a checked chunk of a pool without THREAD_SAFE in head.known, where
+ * cmalloc_pool_free_fast finds it. */
+static ALWAYS_INLINE void remember(cmalloc_pool *pool, pool_chunk *chunk)
+{
+    size_t slot = known_slot(pool, chunk);
+    pool->head.known_base[slot] = (char *)chunk + pool->first_offset;
+    pool->head.known_words[slot] = free_words_of(pool, chunk);
+    pool->head.known_objects[slot] =
+        chunk == pool->short_chunk ? pool->short_objects : pool->per_chunk;
 }
 
 /* A free into a chunk not remembered as this pool's (or of NULL): the pagemap must say a LARGE
@@ -501,32 +548,36 @@ static CM_NOINLINE void release_unknown(cmalloc_pool *pool, void *object, bool s
         report(pool, object, false);
         return;
     }
-    __atomic_store_n(known_slot(pool, chunk), chunk, __ATOMIC_RELAXED);
+    if (shared)
+        __atomic_store_n(shared_slot(pool, chunk), chunk, __ATOMIC_RELAXED);
+    else
+        remember(pool, chunk);
     release(pool, chunk, index_of(pool, object), object, shared);
 }
 
-static CM_NOINLINE void release_shared(cmalloc_pool *pool, void *object)
+/* Every free the fast path did not do. One thread: the chunk is remembered (the word was empty
+ * or had the bit set, or the pointer is no object start: release sorts it out) or not (checked
+ * first). THREAD_SAFE: the shared path, the same with atomic bits and its own known chunks. */
+static CM_NOINLINE void release_other(cmalloc_pool *pool, void *object)
 {
     pool_chunk *chunk = (pool_chunk *)((uintptr_t)object & pool->chunk_mask);
-    if (CM_LIKELY(chunk == __atomic_load_n(known_slot(pool, chunk), __ATOMIC_RELAXED)))
-        release(pool, chunk, index_of(pool, object), object, true);
+    bool shared = pool->flags & CMALLOC_POOL_THREAD_SAFE;
+    if (shared
+            ? chunk == __atomic_load_n(shared_slot(pool, chunk), __ATOMIC_RELAXED)
+            : pool->head.known_base[known_slot(pool, chunk)] == (char *)chunk + pool->first_offset)
+        release(pool, chunk, index_of(pool, object), object, shared);
     else
-        release_unknown(pool, object, true);
+        release_unknown(pool, object, shared);
 }
 
-/* The fast path (one thread): a mask, an exact division, a lookup of the verified chunks, a
- * bounds test and a bit set. NULL never matches a remembered chunk (they start as NOT_CHUNK). */
+/* The fast path, cmalloc.h's inline one (one thread, a remembered chunk): a table entry, an
+ * exact division, a bounds test, a bit test and set, a count. NULL, a THREAD_SAFE pool's
+ * objects and everything else go to release_other. */
 CM_EXPORT void cmalloc_pool_free(cmalloc_pool *pool, void *object)
 {
-    if (CM_UNLIKELY(pool->flags & CMALLOC_POOL_THREAD_SAFE)) {
-        release_shared(pool, object);
+    if (CM_LIKELY(cmalloc_pool_free_fast(&pool->head, object)))
         return;
-    }
-    pool_chunk *chunk = (pool_chunk *)((uintptr_t)object & pool->chunk_mask);
-    if (CM_LIKELY(chunk == *known_slot(pool, chunk)))
-        release(pool, chunk, index_of(pool, object), object, false);
-    else
-        release_unknown(pool, object, false);
+    release_other(pool, object);
 }
 
 CM_EXPORT size_t cmalloc_pool_capacity(const cmalloc_pool *pool)
@@ -536,12 +587,12 @@ CM_EXPORT size_t cmalloc_pool_capacity(const cmalloc_pool *pool)
 
 CM_EXPORT size_t cmalloc_pool_in_use(const cmalloc_pool *pool)
 {
-    return __atomic_load_n(&pool->in_use, __ATOMIC_RELAXED);
+    return __atomic_load_n(&pool->head.in_use, __ATOMIC_RELAXED);
 }
 
 CM_EXPORT size_t cmalloc_pool_object_size(const cmalloc_pool *pool)
 {
-    return pool->stride;
+    return pool->head.stride;
 }
 
 CM_EXPORT void cmalloc_pool_destroy(cmalloc_pool *pool)
@@ -569,5 +620,5 @@ bool cm_pool_valid(const cmalloc_pool *pool)
         }
         slots += chunk->objects;
     }
-    return ok && slots == pool->capacity && pool->capacity == pool->in_use + free_objects;
+    return ok && slots == pool->capacity && pool->capacity == pool->head.in_use + free_objects;
 }

@@ -15,6 +15,11 @@
  *                                 bytes_in_use and RSS at once
  *   bad_arguments                 EINVAL: create(0), size 0, alignment 0, 3, 48; the arena is
  *                                 unchanged after each
+ *   inline_and_exported_agree     the same seeded requests (alignments 1..16384, some past the
+ *                                 chunk, some bad) to one arena through cmalloc.h's inline
+ *                                 cmalloc_arena_alloc, to another through the exported function:
+ *                                 the same errors, the same offsets and used() until a
+ *                                 request aligned past the page or a new chunk
  *   death_*                       rewinding forward, to another arena's mark, to a mark freed by
  *                                 a rewind, to a mark from before a reset: SIGABRT, exact message
  */
@@ -211,6 +216,50 @@ static void memory_in_stats_and_released(void **state)
     expect_in_stats_and_released(filled_arena, destroy_arena, (size_t)64 << 20);
 }
 
+/* cmalloc.h's inline cmalloc_arena_alloc and the exported one, given the same requests, give
+ * the same answers: the same offset from the chunk's first byte while both stay in it and no
+ * alignment exceeded the page (the two chunks' addresses differ above it), the same errno on
+ * bad input, the same used() always. */
+static void inline_and_exported_agree(void **state)
+{
+    (void)state;
+    uint64_t s = seed_from_env("test_arena: inline_and_exported_agree") | 1;
+    cmalloc_arena *fast = cmalloc_arena_create(1 << 16), *called = cmalloc_arena_create(1 << 16);
+    char *fast0 = (char *)cmalloc_arena_mark(fast), *called0 = (char *)cmalloc_arena_mark(called);
+    bool comparable = true;
+    for (int i = 0; i < 20000; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        size_t size = s % 7 == 0 ? 0 : (size_t)(s >> 8) % (s % 13 == 0 ? 70000 : 300);
+        size_t align = s % 11 == 0 ? (size_t)(s >> 20) % 100 : (size_t)1 << (s >> 32) % 15;
+        errno = 0;
+        char *a = cmalloc_arena_alloc(fast, size, align);
+        int fast_errno = errno;
+        errno = 0;
+        char *b = (cmalloc_arena_alloc)(called, size, align);
+        assert_int_equal(fast_errno, errno);
+        assert_true((a == NULL) == (b == NULL));
+        /* offsets and used() stay equal up to the first success past the page (the padding
+         * differs) or the chunk */
+        comparable = comparable && (a == NULL || (align <= 4096 && a >= fast0 &&
+                                                  a + size <= fast0 + (1 << 16)));
+        if (comparable)
+            assert_int_equal(cmalloc_arena_used(fast), cmalloc_arena_used(called));
+        if (a != NULL && comparable)
+            assert_int_equal(a - fast0, b - called0);
+        if (a != NULL)
+            assert_int_equal((uintptr_t)a % align, 0);
+        if (i % 500 == 499) {
+            cmalloc_arena_reset(fast);
+            cmalloc_arena_reset(called);
+            fast0 = (char *)cmalloc_arena_mark(fast);
+            called0 = (char *)cmalloc_arena_mark(called);
+            comparable = true;
+        }
+    }
+    cmalloc_arena_destroy(fast);
+    cmalloc_arena_destroy(called);
+}
+
 static void bad_arguments(void **state)
 {
     (void)state;
@@ -331,6 +380,7 @@ int main(void)
         cmocka_unit_test(reset_reuses_one_chunk),
         cmocka_unit_test(memory_in_stats_and_released),
         cmocka_unit_test(bad_arguments),
+        cmocka_unit_test(inline_and_exported_agree),
         cmocka_unit_test(death_rewind_forward),
         cmocka_unit_test(death_rewind_other_arena),
         cmocka_unit_test(death_rewind_stale),

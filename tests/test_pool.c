@@ -19,8 +19,10 @@
  *   bad_arguments                EINVAL: size 0, size > 1 GiB, unknown flags, FIXED of capacity
  *                                0; ENOMEM: a capacity no memory can hold; GROW of capacity 0 ok
  *   death_*                      double free (plain and THREAD_SAFE), a malloc pointer, a stack
- *                                address, another pool's object, a pointer inside an object, and
- *                                free() of a pool object: SIGABRT with the exact message
+ *                                address, another pool's object, a pointer inside an object, a
+ *                                slot past a FIXED pool's capacity, and free() of a pool object:
+ *                                SIGABRT with the exact message, through cmalloc.h's inline
+ *                                cmalloc_pool_free and through the exported function
  *   keep_going                   with CMALLOC_ABORT_ON_ERROR=0 (a re-executed copy) both are
  *                                reported and ignored, the pool intact
  *   fork_beside_pool_threads     2 threads allocate from and free to a THREAD_SAFE pool while
@@ -343,6 +345,7 @@ typedef struct misuse {
     void *object;
     bool twice;     /* free it once first */
     bool with_free; /* free() rather than cmalloc_pool_free() */
+    bool calls;     /* the exported cmalloc_pool_free, not cmalloc.h's inline path */
 } misuse;
 
 static void misuse_body(void *arg)
@@ -352,15 +355,21 @@ static void misuse_body(void *arg)
         cmalloc_pool_free(m->pool, m->object);
     if (m->with_free)
         free(m->object);
+    else if (m->calls)
+        (cmalloc_pool_free)(m->pool, m->object);
     else
         cmalloc_pool_free(m->pool, m->object);
 }
 
+/* The misuse m, through the inline path and (unless it is free()) the exported function. */
 static void expect_misuse_report(misuse m, const char *format)
 {
     char expected[256];
     snprintf(expected, sizeof expected, format, m.object, (void *)m.pool);
     expect_death(misuse_body, &m, expected);
+    m.calls = true;
+    if (!m.with_free)
+        expect_death(misuse_body, &m, expected);
 }
 
 static const char double_free[] = "cmalloc: cmalloc_pool_free(): double free %p; aborting\n";
@@ -395,6 +404,24 @@ static void death_foreign_pointers(void **state)
     expect_misuse_report((misuse){.pool = pool, .object = object - 64}, not_ours);
     free(heap);
     cmalloc_pool_destroy(other);
+    cmalloc_pool_destroy(pool);
+}
+
+/* A FIXED pool of 7 objects has slots for more in its chunk: those past the capacity are no
+ * objects, though the chunk is one the pool knows (a free made it known to the inline path). */
+static void death_past_a_fixed_pool(void **state)
+{
+    (void)state;
+    cmalloc_pool *pool = cmalloc_pool_create(32, 7, CMALLOC_POOL_FIXED);
+    char *objects[7], *last = NULL;
+    for (int i = 0; i < 7; i++) {
+        objects[i] = cmalloc_pool_alloc(pool);
+        last = objects[i] > last ? objects[i] : last;
+    }
+    cmalloc_pool_free(pool, objects[0]);
+    objects[0] = cmalloc_pool_alloc(pool);
+    expect_misuse_report((misuse){.pool = pool, .object = last + 32}, not_ours);
+    expect_misuse_report((misuse){.pool = pool, .object = last + 64 * 32}, not_ours);
     cmalloc_pool_destroy(pool);
 }
 
@@ -503,6 +530,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bad_arguments),
         cmocka_unit_test(death_double_free),
         cmocka_unit_test(death_foreign_pointers),
+        cmocka_unit_test(death_past_a_fixed_pool),
         cmocka_unit_test(death_free_of_a_pool_object),
         cmocka_unit_test(keep_going),
         cmocka_unit_test(fork_beside_pool_threads),
