@@ -77,8 +77,8 @@ def die(msg, status=1):
 def _pool_workloads():
     rows = [("pool-16x1m", "explicit+arena",
              "build/bench/pool_bench --count 1000000 --size 16 --free-order fifo",
-             "pool_bench --count 1000000 --size 16: 1,000,000 allocations of 16 bytes (each "
-             "written), then each read and freed in allocation order; median of 7 rounds. "
+             "pool_bench --count 1000000 --size 16: 1,000,000 allocations of 16 bytes, each "
+             "pointer kept, then each freed in allocation order; median of 7 rounds. "
              "Ops are objects allocated and freed. cmalloc-pool: cmalloc_pool_alloc/free; "
              "cmalloc-arena: cmalloc_arena_alloc, then one reset.")]
     for size in (8, 24):
