@@ -72,16 +72,10 @@ static cm_span *span_new_locked(central *c, unsigned size_class)
     return span;
 }
 
-/* Gives one object back to its span; a span left with no object out returns to the page heap. */
-static void span_push_locked(central *c, void *object)
+/* After objects went back to span: it has room, so it is listed; with no object out it
+ * returns to the page heap. */
+static void span_settle_locked(central *c, cm_span *span)
 {
-    cm_span *span = cm_pagemap_lookup(object);
-    CM_ASSERT(cm_lock_is_mine(&c->lock) && span != NULL && span->state == CM_SPAN_SMALL &&
-              &centrals[span->size_class] == c && span->used > 0);
-    cm_link_set(object, span->free_objects);
-    span->free_objects = object;
-    span->used--;
-    c->objects_out--;
     if (!span->listed)
         span_list_add(c, span);
     if (span->used == 0) {
@@ -90,14 +84,33 @@ static void span_push_locked(central *c, void *object)
     }
 }
 
-/* Gives back every object of a NULL-terminated list. */
+/* Gives back every object of a NULL-terminated list to its span. Objects of one span tend to
+ * come in runs (a batch allocated from one span, freed in order), so the span is looked up once
+ * per run and settled when the run ends. Objects on a list already carry the free mark: only
+ * their link is rewritten. */
 static void span_push_list_locked(central *c, void *head)
 {
+    cm_span *span = NULL;
+    uintptr_t start = 0, bytes = 0;
     while (head != NULL) {
         void *next = cm_link_next_checked(head);
-        span_push_locked(c, head);
+        if ((uintptr_t)head - start >= bytes) {
+            if (span != NULL)
+                span_settle_locked(c, span);
+            span = cm_pagemap_lookup(head);
+            start = (uintptr_t)cm_span_start(span);
+            bytes = span->pages << CM_PAGE_SHIFT;
+        }
+        CM_ASSERT(cm_lock_is_mine(&c->lock) && span != NULL && span->state == CM_SPAN_SMALL &&
+                  &centrals[span->size_class] == c && span->used > 0 && cm_object_is_free(head));
+        cm_link_relink(head, span->free_objects);
+        span->free_objects = head;
+        span->used--;
+        c->objects_out--;
         head = next;
     }
+    if (span != NULL)
+        span_settle_locked(c, span);
 }
 
 /* Takes up to count objects as a NULL-terminated list in *head; returns how many. When the
@@ -125,14 +138,15 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
             void *object = span->free_objects;
             if (object != NULL) {
                 span->free_objects = cm_link_next_checked(object);
+                cm_link_relink(object, list);
             } else if (span->bump < span->limit) {
                 object = span->bump;
                 span->bump += size;
+                cm_link_set(object, list);
             } else {
                 break;
             }
             span->used++;
-            cm_link_set(object, list);
             list = object;
             n++;
         }

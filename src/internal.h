@@ -322,6 +322,11 @@ static inline void cm_link_set(void *object, void *next)
 {
     cm_link_set_marked(object, next, cm_free_mark(object));
 }
+/* Moves an object that is on a list (so carries the mark already) to another. */
+static inline void cm_link_relink(void *object, void *next)
+{
+    *(uintptr_t *)object = (uintptr_t)next ^ (uintptr_t)object ^ cm_list_key;
+}
 static inline void *cm_link_next(const void *object)
 {
     return (void *)(*(const uintptr_t *)object ^ (uintptr_t)object ^ cm_list_key);

@@ -55,7 +55,10 @@ static void spans_and_batches_follow_the_rules(void **state)
         assert_true((span - (size_t)info->objects * info->size) * 8 <= span); /* tail waste */
         assert_true(info->batch >= 2 && info->batch <= CM_BATCH_MAX);
         assert_true(info->transfer_capacity >= 2 && info->transfer_capacity <= CM_TRANSFER_SLOTS);
-        assert_true((size_t)info->transfer_capacity * info->batch * info->size <= (1u << 20));
+        assert_true((size_t)info->transfer_capacity * info->batch * info->size <=
+                    (CM_TRANSFER_BYTES > 2 * info->batch * info->size
+                         ? CM_TRANSFER_BYTES
+                         : 2 * info->batch * info->size));
     }
 }
 
