@@ -3,7 +3,10 @@
  *   transfer cache   an array of whole batches (NULL-terminated lists of exactly `batch`
  *                    objects). A thread's flush of a full batch and another thread's fill are
  *                    a pointer store and a pointer load under the lock: producer/consumer
- *                    traffic never touches spans.
+ *                    traffic never touches spans. Its limit starts at the class's
+ *                    transfer_capacity and doubles on overflow while other threads take the
+ *                    batches (each remembers its flusher), up to limit_when_shared(); each
+ *                    decay tick with no such take halves it back (policy.h says why).
  *   spans            the class's SMALL spans that have room (returned objects or never-used
  *                    space at the bump pointer), doubly linked; full spans are on no list.
  *
@@ -25,15 +28,44 @@
 
 typedef struct central {
     cm_lock lock;
-    unsigned transfer_count;           /* batches in transfer[] */
-    void *transfer[CM_TRANSFER_SLOTS]; /* full batches */
-    unsigned transfer_low_water;       /* fewest batches held since the last decay tick */
-    cm_span *spans;                    /* spans with room */
+    unsigned transfer_count;     /* batches in transfer[class] */
+    unsigned transfer_limit;     /* batches it may hold now (0: not set yet, the class's start) */
+    unsigned transfer_low_water; /* fewest batches held since the last decay tick */
+    unsigned shared_takes;       /* fills since the last tick that took another thread's batch */
+    cm_span *spans;              /* spans with room */
     size_t objects_out;
 } __attribute__((aligned(64))) central;
 
 static central centrals[CM_CLASSES_MAX] = {[0 ... CM_CLASSES_MAX - 1] = {.lock = CM_LOCK_INIT}};
+/* The transfer caches' slots, apart from the locks and counters so that those stay on a few
+ * pages (a fork's lock handover writes every class's lock: each page touched is copied). */
+static void *transfer[CM_CLASSES_MAX][CM_TRANSFER_SLOTS];               /* full batches */
+static const void *transfer_flusher[CM_CLASSES_MAX][CM_TRANSFER_SLOTS]; /* who flushed each */
 static _Atomic uint64_t next_decay_ms;
+static CM_THREAD_LOCAL char thread_tag; /* its address tells the calling thread apart */
+
+static unsigned limit_at_start(unsigned size_class)
+{
+    return cm_classes[size_class].transfer_capacity;
+}
+
+/* The most batches the class's transfer cache may grow to while batches are shared. */
+static unsigned limit_when_shared(unsigned size_class)
+{
+    const cm_class_info *info = &cm_classes[size_class];
+    size_t batches = CM_TRANSFER_SHARED_BYTES / ((size_t)info->batch * info->size);
+    unsigned start = limit_at_start(size_class);
+    return batches < start               ? start
+           : batches > CM_TRANSFER_SLOTS ? CM_TRANSFER_SLOTS
+                                         : (unsigned)batches;
+}
+
+static unsigned transfer_limit(central *c, unsigned size_class)
+{
+    if (c->transfer_limit == 0)
+        c->transfer_limit = limit_at_start(size_class);
+    return c->transfer_limit;
+}
 
 static void span_list_add(central *c, cm_span *span)
 {
@@ -124,7 +156,8 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
     void *list = NULL;
     cm_lock_acquire(&c->lock);
     if (c->transfer_count > 0) {
-        *head = c->transfer[--c->transfer_count];
+        *head = transfer[size_class][--c->transfer_count];
+        c->shared_takes += transfer_flusher[size_class][c->transfer_count] != &thread_tag;
         if (c->transfer_count < c->transfer_low_water)
             c->transfer_low_water = c->transfer_count;
         cm_lock_release(&c->lock);
@@ -159,16 +192,26 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
     return n;
 }
 
-/* Takes back count objects linked from head (NULL-terminated). */
+/* Takes back count objects linked from head (NULL-terminated). A full transfer cache doubles
+ * its limit when other threads have been taking its batches since the last tick. */
 void cm_central_flush(unsigned size_class, void *head, unsigned count)
 {
     central *c = &centrals[size_class];
-    const cm_class_info *info = &cm_classes[size_class];
     cm_lock_acquire(&c->lock);
-    if (count == info->batch && c->transfer_count < info->transfer_capacity)
-        c->transfer[c->transfer_count++] = head;
-    else
-        span_push_list_locked(c, head);
+    if (count == cm_classes[size_class].batch) {
+        unsigned limit = transfer_limit(c, size_class);
+        if (c->transfer_count == limit && c->shared_takes > 0) {
+            unsigned most = limit_when_shared(size_class);
+            c->transfer_limit = limit = 2 * limit < most ? 2 * limit : most;
+        }
+        if (c->transfer_count < limit) {
+            transfer_flusher[size_class][c->transfer_count] = &thread_tag;
+            transfer[size_class][c->transfer_count++] = head;
+            cm_lock_release(&c->lock);
+            return;
+        }
+    }
+    span_push_list_locked(c, head);
     cm_lock_release(&c->lock);
 }
 
@@ -182,11 +225,18 @@ static void decay_transfer_caches(void)
         unsigned idle =
             c->transfer_low_water < c->transfer_count ? c->transfer_low_water : c->transfer_count;
         for (unsigned i = 0; i < idle; i++)
-            span_push_list_locked(c, c->transfer[i]);
-        memmove(c->transfer, c->transfer + idle,
-                (c->transfer_count - idle) * sizeof c->transfer[0]);
+            span_push_list_locked(c, transfer[size_class][i]);
+        memmove(transfer[size_class], transfer[size_class] + idle,
+                (c->transfer_count - idle) * sizeof transfer[0][0]);
+        memmove(transfer_flusher[size_class], transfer_flusher[size_class] + idle,
+                (c->transfer_count - idle) * sizeof transfer_flusher[0][0]);
         c->transfer_count -= idle;
         c->transfer_low_water = c->transfer_count;
+        /* no batch changed threads in the interval: the limit halves back toward the start */
+        unsigned start = limit_at_start(size_class);
+        if (c->shared_takes == 0 && c->transfer_limit > start)
+            c->transfer_limit = c->transfer_limit / 2 > start ? c->transfer_limit / 2 : start;
+        c->shared_takes = 0;
         cm_lock_release(&c->lock);
     }
 }
@@ -211,7 +261,7 @@ void cm_central_drain(void)
         central *c = &centrals[size_class];
         cm_lock_acquire(&c->lock);
         while (c->transfer_count > 0)
-            span_push_list_locked(c, c->transfer[--c->transfer_count]);
+            span_push_list_locked(c, transfer[size_class][--c->transfer_count]);
         cm_lock_release(&c->lock);
     }
 }
@@ -267,7 +317,7 @@ bool cm_central_valid(void)
             listed_used += span->used;
         }
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
-            ok = cm_object_list_valid(size_class, c->transfer[i], info->batch);
+            ok = cm_object_list_valid(size_class, transfer[size_class][i], info->batch);
         /* Objects in transfer batches are also counted in their spans' used. */
         ok = ok && c->objects_out >= listed_used &&
              c->objects_out >= (size_t)c->transfer_count * info->batch;

@@ -27,26 +27,30 @@
 /* ---- size classes (src/size_class.c) ------------------------------------------------------- */
 /* A span holds at least this many objects (within CM_MAX_SMALL), and its tail wastes at most
  * 1/CM_SPAN_WASTE_DIVISOR of it. */
-#define CM_SPAN_OBJECTS_MIN   8
-#define CM_SPAN_WASTE_DIVISOR 8
+#define CM_SPAN_OBJECTS_MIN      8
+#define CM_SPAN_WASTE_DIVISOR    8
 /* A batch (objects per fill or flush between a thread and the central cache) is about this
  * many bytes, clamped to [CM_BATCH_MIN, CM_BATCH_MAX] objects. Larger batches (64 objects)
  * were measured: producer/consumer 1.2-1.5x faster, larson, mstress and server 0.6-0.8x
  * (scripts/bench-matrix.sh --reps 3 --seconds 0.4 --threads 1,2,4 --extra b64=<a build with
  * CM_BATCH_MAX 64> --allocators cmalloc,b64 --workloads xmalloc,larson,mstress,server). */
-#define CM_BATCH_BYTES        ((size_t)64 << 10)
-#define CM_BATCH_MIN          2
-#define CM_BATCH_MAX          32
-/* A class's transfer cache holds about this many bytes of whole batches, clamped to
- * [CM_TRANSFER_MIN, CM_TRANSFER_SLOTS] batches; idle ones are drained by age (one release
- * delay), so the bound costs memory only while the traffic lasts. Against 512 KiB and 64
- * slots: producer/consumer (xmalloc) 1.21-1.35x at 1-4 threads, larson, mstress and server
- * 0.96-1.07x, peak RSS within noise but for xmalloc at 1 thread, 12 -> 33 MiB
- * (scripts/bench-matrix.sh --threads 1,2,4 --reps 3 --seconds 0.4 --workloads
- * server,larson,xmalloc,mstress, the two builds interleaved). */
-#define CM_TRANSFER_BYTES     ((size_t)2 << 20)
-#define CM_TRANSFER_MIN       2
-#define CM_TRANSFER_SLOTS     1024
+#define CM_BATCH_BYTES           ((size_t)64 << 10)
+#define CM_BATCH_MIN             2
+#define CM_BATCH_MAX             32
+/* A class's transfer cache holds about CM_TRANSFER_BYTES of whole batches, clamped to
+ * [CM_TRANSFER_MIN, CM_TRANSFER_BASE_SLOTS] batches; idle ones are drained by age. While other
+ * threads take the batches a thread flushes (producer/consumer), the limit doubles on each
+ * overflow up to about CM_TRANSFER_SHARED_BYTES (at most CM_TRANSFER_SLOTS batches), and it
+ * halves back at each decay tick without such takes. Measured: a fixed 2 MiB made xmalloc
+ * 1.21-1.35x faster at 1-4 threads (scripts/bench-matrix.sh --threads 1,2,4 --reps 3 --seconds
+ * 0.4 --workloads server,larson,xmalloc,mstress, builds interleaved), but single-threaded
+ * /usr/bin/python3 bench/real_python.py then ended holding 7.5 MB in central caches instead of
+ * 4.0 MB (CMALLOC_STATS=1): its bursts of frees stayed there instead of emptying spans. */
+#define CM_TRANSFER_BYTES        ((size_t)512 << 10)
+#define CM_TRANSFER_MIN          2
+#define CM_TRANSFER_BASE_SLOTS   64
+#define CM_TRANSFER_SHARED_BYTES ((size_t)2 << 20)
+#define CM_TRANSFER_SLOTS        1024
 
 /* ---- thread caches (src/thread_cache.c) ---------------------------------------------------- */
 /* A new thread's budget: a thread that allocates a little holds little (slow start). */

@@ -15,9 +15,9 @@
  *            offset * magic < start_limit = objects * step, which also rejects the slots past
  *            the last whole object in the span's tail. (A power-of-two size has step 0 and no
  *            tail: start_limit 1 accepts every multiple.)
- *   transfer batches the central transfer cache keeps: CM_TRANSFER_BYTES / batch bytes, clamped
- *            to [CM_TRANSFER_MIN, CM_TRANSFER_SLOTS]
- *            (idle batches are drained by age, central_cache.c).
+ *   transfer batches the central transfer cache keeps at first: CM_TRANSFER_BYTES / batch
+ *            bytes, clamped to [CM_TRANSFER_MIN, CM_TRANSFER_BASE_SLOTS] (more while other
+ *            threads take them; idle batches are drained by age: central_cache.c).
  * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to 1 KiB and in
  * 128-byte steps above (every class above 1 KiB is a multiple of 128). Class 0 is never used.
  * Invariant: cm_classes[cm_size_class(n)].size is the smallest class size >= n.
@@ -61,7 +61,7 @@ static void add_class(size_t size)
     CM_ASSERT(c->objects >= 1 && c->pages < 256 && c->batch <= CM_BATCH_MAX &&
               (uint64_t)c->objects * step < c->divisor_magic);
     c->transfer_capacity = (uint32_t)clamp(CM_TRANSFER_BYTES / ((size_t)c->batch * size),
-                                           CM_TRANSFER_MIN, CM_TRANSFER_SLOTS);
+                                           CM_TRANSFER_MIN, CM_TRANSFER_BASE_SLOTS);
 }
 
 void cm_size_class_init(void)

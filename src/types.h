@@ -34,7 +34,7 @@ typedef struct cm_class_info {
     uint32_t pages;             /* pages per span */
     uint32_t objects;           /* objects per span: pages * CM_PAGE_SIZE / size */
     uint32_t batch;             /* objects per fill/flush between thread and central cache */
-    uint32_t transfer_capacity; /* batches its transfer cache may hold, <= CM_TRANSFER_SLOTS */
+    uint32_t transfer_capacity; /* batches its transfer cache holds at first (central_cache.c) */
     uint32_t start_limit;       /* an offset into a span starts an object iff
                                    offset * divisor_magic < start_limit (size_class.c) */
     uint64_t divisor_magic;     /* UINT64_MAX / size + 1 */

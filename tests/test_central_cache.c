@@ -1,11 +1,14 @@
 /* test_central_cache.c - the central cache: fills hand out distinct objects of the class from
  * SMALL spans, a flushed full batch comes back whole from the transfer cache (no span
  * touched), partial flushes go to spans, and a span whose objects all come back returns to
- * the page heap. Uses a class the test harness itself never allocates from. */
+ * the page heap; the transfer cache grows past its start only while other threads take its
+ * batches. Uses classes the test harness itself never allocates from. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+
+#include <pthread.h>
 
 #include "internal.h"
 
@@ -116,6 +119,66 @@ static void idle_batches_return_to_spans(void **state)
     cm_option.release_delay_ms = saved_delay;
 }
 
+/* Flushes count whole batches of class c (filled first) from the calling thread; returns the
+ * objects the transfer cache then holds. */
+static size_t flush_batches(unsigned c, unsigned count)
+{
+    unsigned batch = cm_classes[c].batch;
+    void *heads[64];
+    for (unsigned i = 0; i < count; i++)
+        assert_int_equal(cm_central_fill(c, batch, &heads[i]), batch);
+    for (unsigned i = 0; i < count; i++)
+        cm_central_flush(c, heads[i], batch);
+    size_t cached;
+    cm_central_objects_out(c, &cached);
+    return cached;
+}
+
+static unsigned shared_class;
+static void *take_one_batch(void *arg)
+{
+    (void)arg;
+    void *head;
+    unsigned n = cm_central_fill(shared_class, cm_classes[shared_class].batch, &head);
+    cm_central_flush(shared_class, head, n); /* back, as this thread's own */
+    return NULL;
+}
+
+static void transfer_limit_grows_only_while_batches_change_threads(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(3000), batch = cm_classes[c].batch;
+    size_t start = (size_t)cm_classes[c].transfer_capacity * batch;
+    int64_t saved_delay = cm_option.release_delay_ms;
+    cm_option.release_delay_ms = -1; /* no decay tick while it grows */
+    cm_central_drain();
+    /* One thread alone: the surplus goes back to spans. */
+    assert_int_equal(flush_batches(c, 4 * cm_classes[c].transfer_capacity), start);
+    /* Another thread takes a batch this one flushed: the limit doubles on each overflow. */
+    shared_class = c;
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, take_one_batch, NULL), 0);
+    pthread_join(thread, NULL);
+    size_t grown = flush_batches(c, 4 * cm_classes[c].transfer_capacity);
+    assert_true(grown > start);
+    assert_true(grown <= (size_t)CM_TRANSFER_SLOTS * batch);
+    assert_true(grown * cm_classes[c].size <= CM_TRANSFER_SHARED_BYTES + 2 * batch * 3072);
+    /* Decay ticks with no batch changing threads halve it back to the start. */
+    cm_option.release_delay_ms = 10;
+    size_t cached = grown;
+    uint64_t begin = cm_os_now_ms();
+    while (cached != start && cm_os_now_ms() - begin < 3000) {
+        cm_os_sleep_ms(12);
+        cm_central_tick();
+        cm_central_drain();
+        cached = flush_batches(c, 4 * cm_classes[c].transfer_capacity);
+    }
+    assert_int_equal(cached, start);
+    cm_central_drain();
+    assert_true(cm_heap_check());
+    cm_option.release_delay_ms = saved_delay;
+}
+
 int main(void)
 {
     cm_init();
@@ -124,6 +187,7 @@ int main(void)
         cmocka_unit_test(full_batch_round_trips_through_transfer_cache),
         cmocka_unit_test(empty_spans_return_to_the_page_heap),
         cmocka_unit_test(idle_batches_return_to_spans),
+        cmocka_unit_test(transfer_limit_grows_only_while_batches_change_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
