@@ -356,10 +356,16 @@ static size_t find_sample_locked(uintptr_t address)
     return SAMPLE_SLOTS;
 }
 
+/* Whether p may be a sample at all: samples start pages of their own. */
+static bool may_be_sampled(const void *p)
+{
+    return prof_on && ((uintptr_t)p & (CM_PAGE_SIZE - 1)) == 0 &&
+           __atomic_load_n(&sample_count, __ATOMIC_RELAXED) != 0;
+}
+
 static bool is_sampled(const void *p)
 {
-    if (!prof_on || ((uintptr_t)p & (CM_PAGE_SIZE - 1)) != 0 ||
-        __atomic_load_n(&sample_count, __ATOMIC_RELAXED) == 0)
+    if (!may_be_sampled(p))
         return false;
     cm_lock_acquire(&prof_lock);
     bool found = find_sample_locked((uintptr_t)p) != SAMPLE_SLOTS;
@@ -370,6 +376,8 @@ static bool is_sampled(const void *p)
 /* Drops p's sample, if any, shifting later entries of its probe chain back into the hole. */
 static void forget_sample(uintptr_t address)
 {
+    if (!may_be_sampled((const void *)address))
+        return;
     cm_lock_acquire(&prof_lock);
     size_t hole = find_sample_locked(address);
     if (hole != SAMPLE_SLOTS) {
@@ -521,8 +529,7 @@ bool cm_sample_free(void *p, const char *caller)
         cm_guard_free(p, caller, stack);
         return true;
     }
-    if (is_sampled(p))
-        forget_sample((uintptr_t)p);
+    forget_sample((uintptr_t)p);
     return false;
 }
 
