@@ -278,7 +278,8 @@ size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects)
 }
 
 /* True when the objects of list all start objects of SMALL spans of size_class and carry the
- * free mark. */
+ * free mark. Here because this is the lowest layer that knows both object lists and which
+ * spans hold a class; thread_cache.c checks its lists with it too (a call downward). */
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length)
 {
     size_t n = 0;
