@@ -329,7 +329,7 @@ size_t cm_thread_cache_bytes(size_t *caches)
 
 /* Checks the calling thread's cache: each list holds length objects of its class, no more
  * than its max_length, which is within its cap; capacity and the published size add up and are
- * within the budget. */
+ * within the budget; the sampling countdown never runs below 0. */
 bool cm_thread_cache_valid(void)
 {
     if (thread_state != THREAD_LIVE)
@@ -346,7 +346,7 @@ bool cm_thread_cache_valid(void)
         published += (size_t)cache->published_length[size_class] * cm_classes[size_class].size;
     }
     return capacity == cache->capacity && published == cache->published_size &&
-           !over_budget(cache) &&
+           !over_budget(cache) && cache->sample_left >= 0 &&
            cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
 
