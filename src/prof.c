@@ -897,6 +897,11 @@ void cm_prof_load_unwinder(void)
 
 void cm_prof_fork(int phase)
 {
+    /* libunwind guards its shared caches with a lock of its own, which another thread of the
+     * parent may have held at the fork: a child of a threaded parent unwinds with libgcc (its
+     * lookups take no lock: _dl_find_object) rather than risk waiting on it forever. */
+    if (phase == CM_FORK_CHILD)
+        fast_backtrace = NULL;
     cm_lock_fork(&prof_lock, phase);
     cm_guard_fork(phase);
 }

@@ -11,8 +11,9 @@
 #   - the leak report names the leaking function and not the one that freed everything;
 #   - a guarded overflow and a guarded use after free die of SIGSEGV, the report naming the
 #     fault and the allocating (and freeing) function;
-#   - CMALLOC_PROF_SIGNAL writes a profile; fork beside threads with both features on, and
-#     build/tests/test_threads (when built: make test builds it first) with both on;
+#   - CMALLOC_PROF_SIGNAL writes a profile; fork beside threads with both features on (the
+#     child unwinds with libgcc), build/tests/test_threads (when built: make test builds it
+#     first) and tests/test_user_programs.sh with both on;
 #   - the profiler's memory is fixed (the stats line), samples past the table are counted
 #     as dropped; stacks are unwound by libunwind when it is installed;
 #   - the guard rate holds for a mix of sizes (one small allocation in N guarded).
@@ -79,7 +80,12 @@ ls "$tmp"/sig.*.0.heap >/dev/null 2>&1 && grep -q '^MAPPED_LIBRARIES:' "$tmp"/si
     fail "signal: no profile $tmp/sig.<pid>.0.heap"
 
 # Fork beside allocating threads, profiler and guard on.
-CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=50 "$prog" fork || fail "fork with threads: status $?"
+# A child of a threaded parent unwinds with libgcc: libunwind's own lock may have been held by
+# another thread at the fork.
+CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=50 "$prog" fork >"$tmp/fork.txt" ||
+    fail "fork with threads: status $?"
+grep -q 'unwound by libgcc' "$tmp/fork.txt" ||
+    fail "fork with threads: the child does not unwind with libgcc: $(grep profiler: "$tmp/fork.txt")"
 
 # The thread tests (churn, cross-thread frees, fork with allocating atfork handlers) with both on.
 if [ -x build/tests/test_threads ]; then
@@ -98,6 +104,12 @@ echo "guard rate: ${chosen:-?} of 400000 mixed allocations guarded, 3600 expecte
 # Stacks come from libunwind (scripts/deps.sh installs libunwind8), libgcc's unwinder without it.
 line=$(CMALLOC_PROF=1 "$prog" mixed 1000 | grep 'profiler:')
 echo "$line" | grep -q 'unwound by libunwind' || fail "the profiler does not use libunwind: $line"
+
+# The user programs (threads joined, fork beside stdio threads, fork in a signal handler,
+# foreign atfork handlers, ...) with the profiler and the guard sampling often: no hang.
+CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=100 USER_PROGRAM_REPEAT=2 \
+    sh tests/test_user_programs.sh >"$tmp/programs.txt" 2>&1 ||
+    { tail -20 "$tmp/programs.txt"; fail "the user programs with the profiler and guard on"; }
 
 # Bounded memory: every allocation sampled, more than the table holds.
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=1 "$prog" many 13000 >"$tmp/many.txt" || fail "many: status $?"

@@ -167,6 +167,8 @@ static int fork_with_threads(void)
         if (child == 0) {
             for (int j = 0; j < 1000; j++)
                 free(malloc(100 + j));
+            if (i == 0)
+                cmalloc_stats_print(1); /* the first child says which unwinder it uses */
             _exit(cmalloc_prof_dump("/dev/null") == 0 ? 0 : 3);
         }
         int status;
