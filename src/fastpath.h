@@ -12,29 +12,29 @@
 /* ---- fast paths ----------------------------------------------------------------------------
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
  * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test, a table read, a pop (with a link check), the
- * sampling countdown (prof.c: charges are 0 when sampling is off, so it never runs out) and
- * the free mark cleared. free: a pagemap read of the class byte, an object-start test, the
- * double-free test (the free mark), a length test and a push. No byte counts: a cache's bytes
- * are bounded by its lists' max_length (thread_cache.c).
- * Together 91 instructions per malloc+free pair with the caller's loop and PLT jumps;
- * tests/test_fastpath_budget.sh counts them with callgrind and fails above its budget.
+ * with no extra test. malloc: a size test (sizes up to 1 KiB first), a table read, a pop (with
+ * a link check), the sampling countdown (prof.c: charges are 0 when sampling is off, so it never
+ * runs out) and the free mark cleared. free: a pagemap read of the class byte, an object-start
+ * test, the double-free test (the free mark), a length test and a push. No byte counts: a cache's
+ * bytes are bounded by its lists' max_length (thread_cache.c). Together 87 instructions per
+ * malloc+free pair with the caller's loop and PLT jumps; tests/test_fastpath_budget.sh counts them
+ * with callgrind and fails above its budget.
  */
 static inline void *cm_alloc(size_t size)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
-    if (CM_LIKELY(size <= CM_MAX_SMALL)) {
-        unsigned size_class = cm_size_class(size);
-        cm_free_list *list = &cache->lists[size_class];
-        void *object = list->head;
-        int64_t left = cache->sample_left - cm_sample_charge[size_class];
-        if (CM_LIKELY(left >= 0) && CM_LIKELY(object != NULL)) {
-            cache->sample_left = left;
-            list->head = cm_link_next_checked(object);
-            cm_object_hand_out(object);
-            list->length--;
-            return object;
-        }
+    size_t size_class;
+    if (CM_UNLIKELY(!cm_small_class(size, &size_class)))
+        return cm_alloc_slow(size);
+    cm_free_list *list = &cache->lists[size_class];
+    int64_t left = cache->sample_left - cm_sample_charge[size_class];
+    void *object = list->head;
+    if (CM_LIKELY(left >= 0) && CM_LIKELY(object != NULL)) {
+        cache->sample_left = left;
+        list->head = cm_link_next_checked(object);
+        cm_object_hand_out(object);
+        list->length--;
+        return object;
     }
     return cm_alloc_slow(size);
 }
@@ -44,7 +44,7 @@ static inline void cm_free(void *p)
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
     cm_thread_cache *cache = cm_thread_cache_current;
     size_t index = cm_pagemap_index(p);
-    unsigned size_class;
+    size_t size_class;
     if (CM_LIKELY(leaf != NULL && (size_class = leaf->size_classes[index]) != 0)) {
         /* p must start one of the span's objects (size_class.c: start_limit). */
         uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) |

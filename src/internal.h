@@ -130,10 +130,24 @@ extern unsigned cm_class_count;
 extern uint8_t cm_class_of_small[CM_SMALL_STEP_MAX / 16 + 1];
 extern uint8_t cm_class_of_medium[CM_MAX_SMALL / 128 + 1];
 void cm_size_class_init(void);
+/* Whether size has a class (is at most CM_MAX_SMALL), and which; the smaller sizes are tested
+ * first, as the malloc fast path wants. */
+static inline bool cm_small_class(size_t size, size_t *size_class)
+{
+    if (CM_LIKELY(size <= CM_SMALL_STEP_MAX)) {
+        *size_class = cm_class_of_small[(size + 15) >> 4];
+        return true;
+    }
+    if (size > CM_MAX_SMALL)
+        return false;
+    *size_class = cm_class_of_medium[(size + 127) >> 7];
+    return true;
+}
 static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 {
-    return size <= CM_SMALL_STEP_MAX ? cm_class_of_small[(size + 15) >> 4]
-                                     : cm_class_of_medium[(size + 127) >> 7];
+    size_t size_class;
+    cm_small_class(size, &size_class);
+    return (unsigned)size_class;
 }
 
 /* pagemap.c: page number -> span and size class, two levels over 48-bit addresses, lock-free

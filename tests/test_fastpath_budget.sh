@@ -5,7 +5,8 @@
 # Instruction counts do not depend on machine load, so the budget can be tight. Raise it only
 # with a reason in the commit message. valgrind comes from scripts/deps.sh.
 set -eu
-BUDGET=${FASTPATH_BUDGET:-92}
+BUDGET=${FASTPATH_BUDGET:-87}               # sizes up to 1 KiB
+BUDGET_MEDIUM=${FASTPATH_BUDGET_MEDIUM:-90} # above: one more size test
 N=20000
 command -v valgrind >/dev/null || { echo "test_fastpath_budget: valgrind is missing (run scripts/deps.sh)"; exit 1; }
 mkdir -p build/tests
@@ -21,7 +22,9 @@ for size in 16 64 1000 20000; do
     full=$(count "$N" "$size")
     per_pair=$(( (full - base) / N ))
     verdict=ok
-    [ "$per_pair" -le "$BUDGET" ] || { verdict="OVER BUDGET ($BUDGET)"; status=1; }
+    budget=$BUDGET
+    [ "$size" -le 1024 ] || budget=$BUDGET_MEDIUM
+    [ "$per_pair" -le "$budget" ] || { verdict="OVER BUDGET ($budget)"; status=1; }
     echo "malloc($size)+free: $per_pair instructions per pair: $verdict"
 done
 exit $status
