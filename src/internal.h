@@ -168,10 +168,9 @@ void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
 void cm_pagemap_fork(int phase);
 static inline cm_pagemap_leaf *cm_pagemap_leaf_of(const void *address)
 {
-    uintptr_t root_index = (uintptr_t)address >> (CM_PAGE_SHIFT + CM_PAGEMAP_LEAF_BITS);
-    if (CM_UNLIKELY(root_index >= ((uintptr_t)1 << CM_PAGEMAP_ROOT_BITS)))
-        return NULL; /* above the 48-bit address space: no page of ours */
-    return cm_pagemap_root[root_index];
+    if (CM_UNLIKELY((uintptr_t)address >> CM_ADDRESS_BITS))
+        return NULL;
+    return cm_pagemap_root[(uintptr_t)address >> (CM_PAGE_SHIFT + CM_PAGEMAP_LEAF_BITS)];
 }
 static inline size_t cm_pagemap_index(const void *address)
 {
