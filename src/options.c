@@ -44,7 +44,8 @@ static const option_entry options[] = {
          "freeing a mapped block raises the threshold to its size, up to this, so blocks churned "
          "again and again stay in the page heap (as glibc does); equal to MMAP_THRESHOLD: fixed"},
     {"THREAD_CACHE_MAX", &cm_option.thread_cache_max, OPTION_SIZE, CM_DEFAULT_THREAD_CACHE_MAX,
-     .doc = "most bytes one thread's cache may hold"},
+     .doc = "one thread's cache budget: the bytes its lists hold as of its slow paths (frees "
+            "between two slow paths can add up to three budgets more)"},
     {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, OPTION_SIZE,
      CM_DEFAULT_THREAD_CACHE_TOTAL, .doc = "most bytes all thread caches together may hold"},
     {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, OPTION_SIGNED, CM_DEFAULT_RELEASE_DELAY_MS,

@@ -1,7 +1,7 @@
 /* test_thread_cache.c - the front end: slow start (a list's max_length starts at 0 and grows
- * one per miss up to the batch), the byte budget (a cache never holds more than
- * CMALLOC_THREAD_CACHE_MAX), cross-thread frees travelling as whole batches, and caches given back
- * at thread exit. */
+ * one per miss up to the batch), the budget (the bytes counted at slow paths within a budget of
+ * at most CMALLOC_THREAD_CACHE_MAX, what the lists may hold within four), cross-thread frees
+ * travelling as whole batches, and caches given back at thread exit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
