@@ -92,7 +92,7 @@ void *cm_realloc(void *p, size_t size)
         return NULL;
     }
     size_t old;
-    if (CM_UNLIKELY(cm_sampling) && cm_sample_realloc(p, &old) == CM_SAMPLE_MOVE)
+    if (CM_UNLIKELY(cm_sampling) && cm_sample_realloc_moves(p, &old))
         return move_block(p, old, size, cm_free_slow);
     if (CM_UNLIKELY(cm_option.check))
         return cm_check_shrink(p, size) ? p : move_block(p, cm_usable_size(p), size, cm_free_slow);

@@ -16,7 +16,8 @@
 #     first) and tests/test_user_programs.sh with both on;
 #   - the profiler's memory is fixed (the stats line), samples past the table are counted
 #     as dropped; stacks are unwound by libunwind when it is installed;
-#   - the guard rate holds for a mix of sizes (one small allocation in N guarded).
+#   - the guard rate holds for a mix of sizes (one small allocation in N guarded);
+#   - sampled and guarded allocations and frees leave errno unchanged.
 # google-pprof and libunwind8 come from scripts/deps.sh.
 set -u
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cmalloc-prof.XXXXXX") || exit 1
@@ -110,6 +111,10 @@ echo "$line" | grep -q 'unwound by libunwind' || fail "the profiler does not use
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=100 USER_PROGRAM_REPEAT=2 \
     sh tests/test_user_programs.sh >"$tmp/programs.txt" 2>&1 ||
     { tail -20 "$tmp/programs.txt"; fail "the user programs with the profiler and guard on"; }
+
+# Sampled and guarded allocations (unwound, own pages, mprotect) leave errno as it was.
+CMALLOC_PROF=1 CMALLOC_PROF_RATE=64 CMALLOC_GUARD_RATE=10 "$prog" errno >"$tmp/errno.txt" ||
+    fail "errno: $(cat "$tmp/errno.txt")"
 
 # Bounded memory: every allocation sampled, more than the table holds.
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=1 "$prog" many 13000 >"$tmp/many.txt" || fail "many: status $?"

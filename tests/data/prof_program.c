@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,19 @@ int main(int argc, char **argv)
         cmalloc_stats_print(1);
         return 0;
     }
+    if (strcmp(mode, "errno") == 0) { /* sampled allocations and frees leave errno alone */
+        long changed = 0;
+        for (int i = 0; i < 20000; i++) {
+            errno = 1234;
+            void *p = estimate_small(100 + (size_t)(i % 3000));
+            changed += errno != 1234;
+            errno = 4321;
+            free(p);
+            changed += errno != 4321;
+        }
+        printf("errno changed %ld times\n", changed);
+        return changed != 0;
+    }
     if (strcmp(mode, "mixed") == 0 && argc > 2) { /* n allocations of 16 B - 8 KiB, freed */
         unsigned seed = 1;
         for (long i = 0; i < atol(argv[2]); i++) {
@@ -230,6 +244,6 @@ int main(int argc, char **argv)
     if (strcmp(mode, "replace") == 0 && argc > 4)
         return replace((size_t)atol(argv[2]), (size_t)atol(argv[3]), argv[4]);
     fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal "
-                    "| fork | many N | mixed N | replace N K PATH\n");
+                    "| fork | many N | mixed N | errno | replace N K PATH\n");
     return 2;
 }
