@@ -117,32 +117,69 @@ static void span_settle_locked(central *c, cm_span *span)
 }
 
 /* Gives back every object of a NULL-terminated list to its span. Objects of one span tend to
- * come in runs (a batch allocated from one span, freed in order), so the span is looked up once
- * per run and settled when the run ends. Objects on a list already carry the free mark: only
- * their link is rewritten. */
+ * come in runs (a batch allocated from one span, freed in order), so each run is spliced onto
+ * its span's list whole: the span is looked up and settled once per run, and only the run's
+ * last link is rewritten (objects on a list carry their links and the free mark already). */
 static void span_push_list_locked(central *c, void *head)
 {
-    cm_span *span = NULL;
-    uintptr_t start = 0, bytes = 0;
     while (head != NULL) {
-        void *next = cm_link_next_checked(head);
-        if ((uintptr_t)head - start >= bytes) {
-            if (span != NULL)
-                span_settle_locked(c, span);
-            span = cm_pagemap_lookup(head);
-            start = (uintptr_t)cm_span_start(span);
-            bytes = span->pages << CM_PAGE_SHIFT;
-        }
-        CM_ASSERT(cm_lock_is_mine(&c->lock) && span != NULL && span->state == CM_SPAN_SMALL &&
-                  &centrals[span->size_class] == c && span->used > 0 && cm_object_is_free(head));
-        cm_link_relink(head, span->free_objects);
-        span->free_objects = head;
-        span->used--;
-        c->objects_out--;
-        head = next;
-    }
-    if (span != NULL)
+        cm_span *span = cm_pagemap_lookup(head);
+        const uintptr_t start = (uintptr_t)cm_span_start(span);
+        const uintptr_t bytes = span->pages << CM_PAGE_SHIFT;
+        void *first = head, *last;
+        uint32_t run = 0;
+        do {
+            CM_ASSERT(cm_lock_is_mine(&c->lock) && span != NULL && span->state == CM_SPAN_SMALL &&
+                      &centrals[span->size_class] == c && cm_object_is_free(head));
+            last = head;
+            head = cm_link_next_checked(head);
+            run++;
+        } while (head != NULL && (uintptr_t)head - start < bytes);
+        CM_ASSERT(span->used >= run);
+        cm_link_relink(last, span->free_objects);
+        span->free_objects = first;
+        span->used -= run;
+        c->objects_out -= run;
         span_settle_locked(c, span);
+    }
+}
+
+/* Objects on span's list of given-back objects (the SMALL span invariant, types.h). */
+static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
+{
+    return info->objects - span->used - (uint32_t)((size_t)(span->limit - span->bump) / info->size);
+}
+
+/* Moves up to want objects of span onto *list; returns how many. Given-back objects come
+ * first, cut off the span's list as a run: read but not rewritten, as they carry their links
+ * and marks already, and not even read when the whole list fits into an empty *list. Then
+ * never-used objects are carved at the bump pointer. */
+static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint32_t want,
+                                 void **list)
+{
+    uint32_t taken = 0;
+    void *first = span->free_objects;
+    if (first != NULL && *list == NULL && span_free_count(span, info) <= want) {
+        taken = span_free_count(span, info);
+        span->free_objects = NULL;
+        *list = first;
+    } else if (first != NULL) {
+        void *last = first, *rest = cm_link_next_checked(first);
+        for (taken = 1; taken < want && rest != NULL; taken++) {
+            last = rest;
+            rest = cm_link_next_checked(rest);
+        }
+        span->free_objects = rest;
+        cm_link_relink(last, *list);
+        *list = first;
+    }
+    for (; taken < want && span->bump < span->limit; taken++) {
+        cm_link_set(span->bump, *list);
+        *list = span->bump;
+        span->bump += info->size;
+    }
+    span->used += taken;
+    return taken;
 }
 
 /* Takes up to count objects as a NULL-terminated list in *head; returns how many. When the
@@ -151,7 +188,6 @@ static void span_push_list_locked(central *c, void *head)
 unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
 {
     central *c = &centrals[size_class];
-    const size_t size = cm_classes[size_class].size;
     unsigned n = 0;
     void *list = NULL;
     cm_lock_acquire(&c->lock);
@@ -167,22 +203,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
         cm_span *span = c->spans ? c->spans : span_new_locked(c, size_class);
         if (span == NULL)
             break;
-        while (n < count) {
-            void *object = span->free_objects;
-            if (object != NULL) {
-                span->free_objects = cm_link_next_checked(object);
-                cm_link_relink(object, list);
-            } else if (span->bump < span->limit) {
-                object = span->bump;
-                span->bump += size;
-                cm_link_set(object, list);
-            } else {
-                break;
-            }
-            span->used++;
-            list = object;
-            n++;
-        }
+        n += span_take_locked(span, &cm_classes[size_class], count - n, &list);
         if (span->free_objects == NULL && span->bump >= span->limit)
             span_list_remove(c, span);
     }
