@@ -45,8 +45,14 @@
  * 1.21-1.35x faster at 1-4 threads (scripts/bench-matrix.sh --threads 1,2,4 --reps 3 --seconds
  * 0.4 --workloads server,larson,xmalloc,mstress, builds interleaved), but single-threaded
  * /usr/bin/python3 bench/real_python.py then ended holding 7.5 MB in central caches instead of
- * 4.0 MB (CMALLOC_STATS=1): its bursts of frees stayed there instead of emptying spans. */
-#define CM_TRANSFER_BYTES        ((size_t)512 << 10)
+ * 4.0 MB (CMALLOC_STATS=1): its bursts of frees stayed there instead of emptying spans.
+ * The start itself was 512 KiB until 128 KiB measured the same speed (geometric mean 0.999 over
+ * server, larson, mstress, xmalloc, window-mixed, crossthread, churn, orderbook, python, sqlite
+ * at 1, 2 and 4 threads) and python3's peak RSS 0.90x: every class it had freed in bulk held a
+ * transfer cache of memory no other class could use (scripts/bench-matrix.sh --threads 1,2,4
+ * --reps 3 --seconds 0.4 --extra t512=<512 KiB build> --extra t128=<this> ...). 64 KiB made
+ * server_bench at one thread 0.84x. */
+#define CM_TRANSFER_BYTES        ((size_t)128 << 10)
 #define CM_TRANSFER_MIN          2
 #define CM_TRANSFER_BASE_SLOTS   64
 #define CM_TRANSFER_SHARED_BYTES ((size_t)2 << 20)
