@@ -23,6 +23,10 @@
  *
  * A sampled allocation gets whole pages of its own from the page heap (a LARGE span even for a
  * small size), so its free cannot take the fast path and cm_sample_free drops it from the table.
+ * Freed one-page samples wait in a stash of PAGE_STASH pages for the next samples instead of
+ * going back to the page heap: a sample then costs neither the heap lock nor a cold page
+ * (window-mixed samples about 120,000 times a second). Freeing a stashed page again is
+ * reported as a double free.
  * It weighs 1 / (1 - e^(-charge/rate)) allocations, the inverse of its chance to be sampled, so
  * sums over the samples estimate the real heap.
  *
@@ -56,6 +60,7 @@
 #define STACK_SLOTS       2048                   /* a power of two */
 #define SAMPLE_SLOTS      16384                  /* a power of two */
 #define SAMPLE_MAX        (SAMPLE_SLOTS / 4 * 3) /* load factor bound of the open addressing */
+#define PAGE_STASH        16 /* freed one-page samples kept for the next ones */
 #define LEAK_STACKS_SHOWN 20
 #define LN2               0.6931471805599453
 /* The smallest class: guard points are spaced so that one of these objects holds a point with
@@ -102,10 +107,13 @@ static cm_lock prof_lock = CM_LOCK_INIT;
 static stack_entry *stacks; /* STACK_SLOTS entries */
 static sample *samples;     /* SAMPLE_SLOTS entries */
 static size_t stack_count, sample_count, samples_dropped, table_bytes;
+static void *page_stash[PAGE_STASH]; /* freed one-page samples, still LARGE spans */
+static unsigned stashed;
 uint32_t cm_sample_charge[CM_CLASSES_MAX];
 static double prof_mean;  /* the mean distance between profile sample points, in bytes */
 static double guard_mean; /* the same for guard points: GUARD_UNIT / -ln(1 - 1/GUARD_RATE) */
 static double guard_keep[CM_CLASSES_MAX]; /* P(guarded | a guard point in an allocation) */
+static double prof_weight[CM_CLASSES_MAX]; /* weight_of() each class's size, computed once */
 static uint64_t guards_chosen; /* allocations chosen for the guard so far (__atomic builtins) */
 static uintptr_t own_text_start, own_text_end; /* libcmalloc.so's code; empty when linked in */
 static volatile sig_atomic_t dump_requested;
@@ -116,20 +124,24 @@ static CM_THREAD_LOCAL sampler thread_sampler;
  * Our own logarithm and exponential: libm is not a dependency of the library (the static
  * library is linked by programs that may not add -lm). */
 
-/* ln(v) for v >= 1: v = m * 2^e with m in [1, 2), ln m = 2 atanh((m - 1) / (m + 1)). */
+/* ln(v) for v >= 1: v = m * 2^e with m in [1, 2), ln m = 2 atanh(t) with t = (m - 1) / (m + 1)
+ * <= 1/3, its odd series to t^17 summed by Horner's rule with constant coefficients. Every
+ * sample draws one: a single division (chained divisions cost more than the rest). */
 static double log_of(uint64_t v)
 {
     int e = 63 - __builtin_clzll(v);
-    double m = (double)v / (double)((uint64_t)1 << e);
-    double t = (m - 1) / (m + 1), t2 = t * t, power = t, sum = 0;
-    for (int k = 1; k <= 17; k += 2) {
-        sum += power / k;
-        power *= t2;
-    }
-    return e * LN2 + 2 * sum;
+    double m = (double)(v << (63 - e)) * 0x1p-63; /* exact scaling by a power of two */
+    double t = (m - 1) / (m + 1), t2 = t * t;
+    double sum = 1.0 / 17;
+    static const double odd_inverse[] = {1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9,
+                                         1.0 / 7,  1.0 / 5,  1.0 / 3,  1.0};
+    for (unsigned k = 0; k < sizeof odd_inverse / sizeof odd_inverse[0]; k++)
+        sum = sum * t2 + odd_inverse[k];
+    return e * LN2 + 2 * t * sum;
 }
 
-/* e^-x for x >= 0: x = n ln2 + r, e^-r by its series (r < ln 2), halved n times. */
+/* e^-x for x >= 0: x = n ln2 + r, e^-r by its series (r < ln 2), halved n times. Used at
+ * start (per-class tables) and for samples of large blocks. */
 static double exp_negative(double x)
 {
     if (x > 700)
@@ -331,9 +343,14 @@ static size_t sample_home(uintptr_t address)
     return (size_t)((address >> 4) * 0x9e3779b97f4a7c15ull >> 32) & (SAMPLE_SLOTS - 1);
 }
 
-static void record_sample(void *p, size_t size, size_t charge, uint32_t stack)
+/* How many allocations of charge bytes one sample stands for: 1 / P(a point falls in it). */
+static double weight_of(size_t charge)
 {
-    double weight = 1 / (1 - exp_negative((double)charge / (double)cm_option.prof_rate));
+    return 1 / (1 - exp_negative((double)charge / (double)cm_option.prof_rate));
+}
+
+static void record_sample(void *p, size_t size, double weight, uint32_t stack)
+{
     cm_lock_acquire(&prof_lock);
     stacks[stack - 1].alloc_count += weight;
     stacks[stack - 1].alloc_bytes += weight * (double)size;
@@ -359,11 +376,20 @@ static size_t find_sample_locked(uintptr_t address)
     return SAMPLE_SLOTS;
 }
 
-/* Whether p may be a sample at all: samples start pages of their own. */
+/* Whether p may be a sample (or a stashed one) at all: samples start pages of their own. */
 static bool may_be_sampled(const void *p)
 {
     return prof_on && ((uintptr_t)p & (CM_PAGE_SIZE - 1)) == 0 &&
-           __atomic_load_n(&sample_count, __ATOMIC_RELAXED) != 0;
+           (__atomic_load_n(&sample_count, __ATOMIC_RELAXED) != 0 ||
+            __atomic_load_n(&stashed, __ATOMIC_RELAXED) != 0);
+}
+
+static bool is_stashed_locked(uintptr_t address)
+{
+    for (unsigned i = 0; i < stashed; i++)
+        if ((uintptr_t)page_stash[i] == address)
+            return true;
+    return false;
 }
 
 static bool is_sampled(const void *p)
@@ -376,14 +402,28 @@ static bool is_sampled(const void *p)
     return found;
 }
 
-/* Drops p's sample, if any, shifting later entries of its probe chain back into the hole. */
-static void forget_sample(uintptr_t address)
+/* Drops p's sample, if any, shifting later entries of its probe chain back into the hole. With
+ * own_pages (p is not a guarded block), a sample of up to a page then goes to the stash if it
+ * has room. Returns true when p needs no more freeing: stashed, or a stashed page freed again
+ * (reported). */
+static bool forget_sample(uintptr_t address, bool own_pages, const char *caller)
 {
     if (!may_be_sampled((const void *)address))
-        return;
+        return false;
+    bool done = false;
     cm_lock_acquire(&prof_lock);
     size_t hole = find_sample_locked(address);
+    if (hole == SAMPLE_SLOTS && own_pages && is_stashed_locked(address)) {
+        cm_lock_release(&prof_lock);
+        cm_report_double_free(caller, (const void *)address);
+        return true;
+    }
     if (hole != SAMPLE_SLOTS) {
+        if (own_pages && samples[hole].size <= CM_PAGE_SIZE && stashed < PAGE_STASH) {
+            page_stash[stashed] = (void *)address;
+            __atomic_store_n(&stashed, stashed + 1, __ATOMIC_RELAXED);
+            done = true;
+        }
         samples[hole].address = 0;
         sample_count--;
         for (size_t i = (hole + 1) & (SAMPLE_SLOTS - 1); samples[i].address != 0;
@@ -398,6 +438,7 @@ static void forget_sample(uintptr_t address)
         }
     }
     cm_lock_release(&prof_lock);
+    return done;
 }
 
 /* ---- the sampling decision ---------------------------------------------------------------- */
@@ -462,9 +503,21 @@ static bool guard_taken(sampler *s, unsigned size_class)
     return true;
 }
 
-/* A sampled allocation's own pages, so that freeing it comes to cm_sample_free. */
+/* A sampled allocation's own pages, so that freeing it comes to cm_sample_free: a stashed page
+ * when one page holds it. */
 static void *alloc_own_pages(size_t size)
 {
+    if (size <= CM_PAGE_SIZE && __atomic_load_n(&stashed, __ATOMIC_RELAXED) != 0) {
+        cm_lock_acquire(&prof_lock);
+        void *page = NULL;
+        if (stashed > 0) { /* written under the lock, read without it by may_be_sampled */
+            page = page_stash[stashed - 1];
+            __atomic_store_n(&stashed, stashed - 1, __ATOMIC_RELAXED);
+        }
+        cm_lock_release(&prof_lock);
+        if (page != NULL)
+            return page;
+    }
     if (size <= CM_MAX_SMALL) {
         cm_span *span =
             cm_page_heap_alloc(size ? (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT : 1, 1, 0);
@@ -505,7 +558,8 @@ void *cm_sample_alloc(size_t size)
             if (p == NULL)
                 p = alloc_own_pages(size);
             if (p != NULL)
-                record_sample(p, size, bytes, stack);
+                record_sample(p, size, size_class ? prof_weight[size_class] : weight_of(bytes),
+                              stack);
         } else if (p == NULL) {
             p = cm_alloc_unchecked(size); /* every guard slot is taken */
         }
@@ -528,12 +582,11 @@ bool cm_sample_free(void *p, const char *caller)
             s->busy = 0;
         }
         if (prof_on)
-            forget_sample((uintptr_t)p);
+            forget_sample((uintptr_t)p, false, caller);
         cm_guard_free(p, caller, stack);
         return true;
     }
-    forget_sample((uintptr_t)p);
-    return false;
+    return forget_sample((uintptr_t)p, true, caller);
 }
 
 /* realloc while sampling: whether p is a guarded or sampled block, which always moves (through
@@ -816,7 +869,9 @@ void cm_prof_stats_print(int fd)
         cm_message_uint(&m, samples_dropped);
         cm_message_str(&m, " dropped, ");
         cm_message_uint(&m, stack_count);
-        cm_message_str(&m, " stacks, unwound by ");
+        cm_message_str(&m, " stacks, ");
+        cm_message_uint(&m, stashed);
+        cm_message_str(&m, " freed sample pages kept, unwound by ");
         cm_message_str(&m, fast_backtrace ? "libunwind\n" : "libgcc\n");
         cm_lock_release(&prof_lock);
         cm_message_write(&m, fd);
@@ -875,6 +930,8 @@ void cm_prof_init(void)
             guard_keep[c] = guard_mean == 0 ? 1
                                             : 1 / (double)cm_option.guard_rate /
                                                   (1 - exp_negative(size / guard_mean));
+        if (prof_on)
+            prof_weight[c] = weight_of(size);
         cm_sample_charge[c] = prof_on || guardable ? size : 0;
     }
     if (prof_on && cm_option.prof_signal)

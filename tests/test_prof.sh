@@ -74,6 +74,17 @@ death() { # mode, then patterns the report must contain
 death overflow 'heap buffer overflow' '12 bytes past the end of a 100-byte live block' make_buffer
 death use-after-free 'use after free' '100-byte block' make_buffer release_buffer
 
+# A sampled block freed twice: the first free kept its page for the next sample (the stash),
+# the second is reported and aborts, as any double free does; the page is never handed out twice.
+CMALLOC_PROF=1 CMALLOC_PROF_RATE=1 "$prog" double-free 2>"$tmp/double-free.txt"
+status=$?
+[ "$status" -eq 134 ] && grep -q 'cmalloc: double free' "$tmp/double-free.txt" ||
+    { cat "$tmp/double-free.txt"; fail "double-free of a sampled block: status $status, not reported"; }
+# Freed one-page samples are kept for the next ones (shown in the stats).
+CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K "$prog" mixed 100000 >"$tmp/stash.txt"
+grep -q ' [1-9][0-9]* freed sample pages kept' "$tmp/stash.txt" ||
+    { cat "$tmp/stash.txt"; fail "mixed: no freed sample page kept for the next samples"; }
+
 # A profile on a signal, written by the next slow path.
 CMALLOC_PROF_SIGNAL=SIGUSR2 CMALLOC_PROF_DUMP="$tmp/sig" "$prog" signal ||
     fail "signal: the program failed"

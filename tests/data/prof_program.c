@@ -7,6 +7,7 @@
  *   leak            leaks from leaky_function, frees everything else
  *   overflow        writes past the end of a block from make_buffer
  *   use-after-free  writes to a block from make_buffer after release_buffer freed it
+ *   double-free     frees a block from make_buffer twice
  *   signal PATH     raises CMALLOC_PROF_SIGNAL's signal, then allocates (the next slow path writes
  *                   PATH.<pid>.0.heap)
  *   fork            threads allocate and free while the main thread forks; children allocate,
@@ -205,6 +206,12 @@ int main(int argc, char **argv)
         ((volatile char *)p)[10] = 1;
         return 0;
     }
+    if (strcmp(mode, "double-free") == 0) { /* twice, so the second finds a stashed page */
+        char *p = make_buffer(100);
+        release_buffer(p);
+        release_buffer(p);
+        return 0;
+    }
     if (strcmp(mode, "signal") == 0) {
         raise(SIGUSR2);
         for (int i = 0; i < 1000; i++) /* kept, so that refills take the slow path */
@@ -244,6 +251,6 @@ int main(int argc, char **argv)
     if (strcmp(mode, "replace") == 0 && argc > 4)
         return replace((size_t)atol(argv[2]), (size_t)atol(argv[3]), argv[4]);
     fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal "
-                    "| fork | many N | mixed N | errno | replace N K PATH\n");
+                    "| double-free | fork | many N | mixed N | errno | replace N K PATH\n");
     return 2;
 }
