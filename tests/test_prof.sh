@@ -99,6 +99,17 @@ CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=50 "$prog" fork >"$tmp/fo
 grep -q 'unwound by libgcc' "$tmp/fork.txt" ||
     fail "fork with threads: the child does not unwind with libgcc: $(grep profiler: "$tmp/fork.txt")"
 
+# A plugin loaded and unloaded while every allocation of three other threads is sampled: the
+# unwinders ask the loader for code ranges inside malloc while dlopen and dlclose (which
+# allocate under the loader's locks) change them. Four runs: a hang is caught by the program's
+# alarm, a crash by its status.
+${CC:-cc} -O1 -g -shared -fPIC tests/data/prof_plugin.c -o "$tmp/prof_plugin.so" ||
+    fail "cannot build the plugin"
+for run in 1 2 3 4; do
+    CMALLOC_PROF=1 CMALLOC_PROF_RATE=1 "$prog" dlopen "$tmp/prof_plugin.so" 3000 >"$tmp/dlopen.txt" 2>&1 ||
+        { cat "$tmp/dlopen.txt"; fail "dlopen beside sampled threads, run $run: status $?"; break; }
+done
+
 # The thread tests (churn, cross-thread frees, fork with allocating atfork handlers) with both on.
 if [ -x build/tests/test_threads ]; then
     CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=20 build/tests/test_threads >"$tmp/threads.txt" 2>&1 ||

@@ -12,12 +12,15 @@
  *                   PATH.<pid>.0.heap)
  *   fork            threads allocate and free while the main thread forks; children allocate,
  *                   dump a profile and exit
+ *   dlopen PLUGIN N threads allocate and free while the main thread loads and unloads PLUGIN
+ *                   (tests/data/prof_plugin.c) N times, calling it in between
  *   many N          keeps N small blocks (to fill the sample table)
  *   replace N K PATH  keeps N blocks, then K times frees a random one and allocates another in
  *                   its place (the churn the sampler sees least of: README measures it); dumps
  *                   to PATH and prints the truth
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <errno.h>
@@ -158,6 +161,33 @@ static void *churn(void *arg)
     return NULL;
 }
 
+/* Loads and unloads a plugin times times while three threads allocate, every allocation sampled
+ * (CMALLOC_PROF_RATE=1): the unwinders look up code ranges through the loader
+ * (dl_iterate_phdr) inside malloc while dlopen and dlclose, which allocate, change them. */
+static int dlopen_with_threads(const char *plugin, long times)
+{
+    volatile int stop = 0;
+    pthread_t threads[3];
+    for (int t = 0; t < 3; t++)
+        pthread_create(&threads[t], NULL, churn, (void *)&stop);
+    for (long i = 0; i < times; i++) {
+        void *library = dlopen(plugin, RTLD_NOW | RTLD_LOCAL);
+        void *(*plugin_alloc)(size_t) = library ? (void *(*)(size_t))dlsym(library, "plugin_alloc") : NULL;
+        if (plugin_alloc == NULL) {
+            fprintf(stderr, "dlopen %s: %s\n", plugin, dlerror());
+            return 1;
+        }
+        for (int j = 0; j < 20; j++)
+            free(plugin_alloc(100 + (size_t)j * 50));
+        dlclose(library);
+    }
+    stop = 1;
+    for (int t = 0; t < 3; t++)
+        pthread_join(threads[t], NULL);
+    printf("dlopen: %ld loads\n", times);
+    return 0;
+}
+
 static int fork_with_threads(void)
 {
     volatile int stop = 0;
@@ -220,6 +250,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "fork") == 0)
         return fork_with_threads();
+    if (strcmp(mode, "dlopen") == 0 && argc > 3)
+        return dlopen_with_threads(argv[2], atol(argv[3]));
     if (strcmp(mode, "many") == 0 && argc > 2) {
         for (long i = 0; i < atol(argv[2]); i++)
             estimate_small(16);
@@ -251,6 +283,6 @@ int main(int argc, char **argv)
     if (strcmp(mode, "replace") == 0 && argc > 4)
         return replace((size_t)atol(argv[2]), (size_t)atol(argv[3]), argv[4]);
     fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal "
-                    "| double-free | fork | many N | mixed N | errno | replace N K PATH\n");
+                    "| double-free | fork | dlopen PLUGIN N | many N | mixed N | errno | replace N K PATH\n");
     return 2;
 }
