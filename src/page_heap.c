@@ -165,7 +165,30 @@ static void maybe_release_locked(void)
         release_idle_locked(now, (uint64_t)delay);
 }
 
-/* Maps a fresh chunk of at least pages and adds it as a free span. Caller holds heap_lock. */
+/* Releases resident free spans, largest first, until about pages pages are released or none
+ * is left. Caller holds heap_lock. */
+static void release_resident_locked(size_t pages)
+{
+    size_t released = 0;
+    for (size_t n = CM_HEAP_LISTS + 1; n >= 1 && released < pages; n--) {
+        for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s && released < pages;
+             s = s->next) {
+            if (s->released)
+                continue;
+            cm_os_release(cm_span_start(s), s->pages << CM_PAGE_SHIFT);
+            s->released = 1;
+            released_pages += s->pages;
+            released += s->pages;
+        }
+    }
+}
+
+/* Maps a fresh chunk of at least pages and adds it as a free span. Caller holds heap_lock.
+ * The heap grows although it may hold resident free spans (too small or too scattered for the
+ * request): as many of those pages are given back first, so that growing does not add to the
+ * resident set what sits unused (a program moving from one phase to the next, from small
+ * objects to large ones, would otherwise keep both phases' memory resident for a whole
+ * release delay). */
 static bool grow_locked(size_t pages)
 {
     CM_ASSERT(cm_lock_is_mine(&heap_lock));
@@ -173,6 +196,8 @@ static bool grow_locked(size_t pages)
     char *memory = cm_os_map(chunk << CM_PAGE_SHIFT);
     if (memory == NULL)
         return false;
+    if (cm_option.release_delay_ms >= 0 && free_pages > released_pages)
+        release_resident_locked(chunk);
     cm_span *span = cm_span_new();
     if (span == NULL || !cm_pagemap_ensure((uintptr_t)memory >> CM_PAGE_SHIFT, chunk)) {
         if (span)

@@ -129,6 +129,37 @@ static void release_returns_free_pages(void **state)
     assert_true(cm_page_heap_valid());
 }
 
+/* Growing the heap while it holds resident free spans too small for the request gives as many
+ * pages back first: free pieces left between live spans do not stay resident beside the new
+ * chunk. */
+static void growth_releases_resident_free_pages(void **state)
+{
+    (void)state;
+    cm_page_heap_unmap_free(); /* no free span left: the pieces come from a new chunk */
+    enum { PIECES = 64 };
+    cm_span *pieces[PIECES];
+    for (int i = 0; i < PIECES; i++) {
+        pieces[i] = cm_page_heap_alloc(2, 1, 0);
+        assert_non_null(pieces[i]);
+        memset(cm_span_start(pieces[i]), 7, 2 * CM_PAGE_SIZE); /* resident */
+    }
+    for (int i = 0; i < PIECES; i += 2) /* two-page holes between live spans */
+        cm_page_heap_free(pieces[i]);
+    size_t free_bytes, released, large, count;
+    cm_page_heap_counters(&free_bytes, &released, &large, &count);
+    assert_true(free_bytes >= PIECES / 2 * 2 * CM_PAGE_SIZE); /* resident free bytes */
+    /* more than the chunk's untouched rest: the heap must grow, and the holes go first */
+    cm_span *big = cm_page_heap_alloc(CM_HEAP_GROW_MIN / CM_PAGE_SIZE, 1, 0);
+    assert_non_null(big);
+    size_t free_after, released_after;
+    cm_page_heap_counters(&free_after, &released_after, &large, &count);
+    assert_int_equal(free_after, 0);
+    cm_page_heap_free(big);
+    for (int i = 1; i < PIECES; i += 2)
+        cm_page_heap_free(pieces[i]);
+    assert_true(cm_page_heap_valid());
+}
+
 /* ---- resize in place (realloc of a page-heap block) ------------------------------------------ */
 
 static size_t free_bytes_now(void)
@@ -298,6 +329,7 @@ int main(void)
         cmocka_unit_test(resize_shrink_gives_back_the_tail),
         cmocka_unit_test(resize_grows_into_a_free_right_neighbour),
         cmocka_unit_test(resize_fails_when_the_neighbour_is_taken_or_too_small),
+        cmocka_unit_test(growth_releases_resident_free_pages), /* last: it unmaps free spans */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
