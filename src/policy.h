@@ -26,8 +26,13 @@
 
 /* ---- size classes (src/size_class.c) ------------------------------------------------------- */
 /* A span holds at least this many objects (within CM_MAX_SMALL), and its tail wastes at most
- * 1/CM_SPAN_WASTE_DIVISOR of it. */
-#define CM_SPAN_OBJECTS_MIN      8
+ * 1/CM_SPAN_WASTE_DIVISOR of it. 4 rather than 8: a program that uses many large classes a
+ * little (mstress_bench: 1% of blocks 1-64 KiB) holds a partly used span in each, and with 8
+ * objects those spans made up much of its memory: peak RSS 0.79-0.88x at 1-4 threads with the
+ * same speed everywhere (scripts/bench-matrix.sh --threads 1,2,4 --reps 3 --seconds 0.4
+ * --extra now=<8> --extra so4=<4> --allocators now,so4 --workloads mstress,larson,server,
+ * alloc-window-mixed,alloc-window-powerlaw,python,sqlite,xmalloc,churn). */
+#define CM_SPAN_OBJECTS_MIN      4
 #define CM_SPAN_WASTE_DIVISOR    8
 /* A batch (objects per fill or flush between a thread and the central cache) is about this
  * many bytes, clamped to [CM_BATCH_MIN, CM_BATCH_MAX] objects. Larger batches (64 objects)
