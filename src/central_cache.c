@@ -157,10 +157,10 @@ static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
 static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint32_t want,
                                  void **list)
 {
-    uint32_t taken = 0;
+    uint32_t taken = 0, free_count;
     void *first = span->free_objects;
-    if (first != NULL && *list == NULL && span_free_count(span, info) <= want) {
-        taken = span_free_count(span, info);
+    if (first != NULL && *list == NULL && (free_count = span_free_count(span, info)) <= want) {
+        taken = free_count;
         span->free_objects = NULL;
         *list = first;
     } else if (first != NULL) {

@@ -136,13 +136,15 @@ static void insert_coalesced(cm_span *span)
     list_insert(span);
 }
 
-/* Returns pages given back, releasing spans idle at least min_idle_ms. Caller holds heap_lock. */
-static size_t release_idle_locked(uint64_t now, uint64_t min_idle_ms)
+/* Gives back resident free spans idle at least min_idle_ms, largest first, until at least
+ * most pages are released or none is left; returns the pages released. Caller holds heap_lock. */
+static size_t release_free_locked(uint64_t now, uint64_t min_idle_ms, size_t most)
 {
     CM_ASSERT(cm_lock_is_mine(&heap_lock));
     size_t released = 0;
-    for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
-        for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s; s = s->next) {
+    for (size_t n = CM_HEAP_LISTS + 1; n >= 1 && released < most; n--) {
+        for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s && released < most;
+             s = s->next) {
             if (s->released || now - s->free_since_ms < min_idle_ms)
                 continue;
             cm_os_release(cm_span_start(s), s->pages << CM_PAGE_SHIFT);
@@ -151,8 +153,14 @@ static size_t release_idle_locked(uint64_t now, uint64_t min_idle_ms)
             released += s->pages;
         }
     }
-    last_release_scan_ms = now;
     return released;
+}
+
+/* Release by age: every free span idle at least min_idle_ms. */
+static size_t release_idle_locked(uint64_t now, uint64_t min_idle_ms)
+{
+    last_release_scan_ms = now;
+    return release_free_locked(now, min_idle_ms, SIZE_MAX);
 }
 
 static void maybe_release_locked(void)
@@ -163,24 +171,6 @@ static void maybe_release_locked(void)
     uint64_t now = cm_os_now_ms();
     if (now - last_release_scan_ms >= (uint64_t)delay / 2)
         release_idle_locked(now, (uint64_t)delay);
-}
-
-/* Releases resident free spans, largest first, until about pages pages are released or none
- * is left. Caller holds heap_lock. */
-static void release_resident_locked(size_t pages)
-{
-    size_t released = 0;
-    for (size_t n = CM_HEAP_LISTS + 1; n >= 1 && released < pages; n--) {
-        for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s && released < pages;
-             s = s->next) {
-            if (s->released)
-                continue;
-            cm_os_release(cm_span_start(s), s->pages << CM_PAGE_SHIFT);
-            s->released = 1;
-            released_pages += s->pages;
-            released += s->pages;
-        }
-    }
 }
 
 /* Maps a fresh chunk of at least pages and adds it as a free span. Caller holds heap_lock.
@@ -197,7 +187,7 @@ static bool grow_locked(size_t pages)
     if (memory == NULL)
         return false;
     if (cm_option.release_delay_ms >= 0 && free_pages > released_pages)
-        release_resident_locked(chunk);
+        release_free_locked(cm_os_now_ms(), 0, chunk);
     cm_span *span = cm_span_new();
     if (span == NULL || !cm_pagemap_ensure((uintptr_t)memory >> CM_PAGE_SHIFT, chunk)) {
         if (span)
