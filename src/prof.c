@@ -854,6 +854,12 @@ static void report_leaks(int fd)
     cm_lock_release(&prof_lock);
 }
 
+/* Freed sample pages in the stash: LARGE spans to the page heap, free to the program. */
+size_t cm_prof_stashed_pages(void)
+{
+    return __atomic_load_n(&stashed, __ATOMIC_RELAXED);
+}
+
 void cm_prof_stats_print(int fd)
 {
     cm_message m = {.length = 0};

@@ -29,9 +29,12 @@ CM_EXPORT int cmalloc_stats_get(cmalloc_stats *stats)
     cm_page_heap_counters(&stats->bytes_page_heap_free, &stats->bytes_released, &large_bytes,
                           &stats->large_allocations);
     size_t mapped_live = cm_mapped_live_bytes(&mapped_count);
-    stats->large_allocations += mapped_count;
-    /* Freed blocks waiting in the debug mode's quarantine are not in use either. */
-    size_t held = small_cached + stats->bytes_thread_caches + cm_check_quarantined_bytes();
+    /* Freed sample pages the profiler keeps for its next samples are spans to the page heap but
+     * not allocations, nor in use; nor are freed blocks in the debug mode's quarantine. */
+    size_t stashed = cm_prof_stashed_pages();
+    stats->large_allocations = stats->large_allocations + mapped_count - stashed;
+    size_t held = small_cached + stats->bytes_thread_caches + cm_check_quarantined_bytes() +
+                  (stashed << CM_PAGE_SHIFT);
     size_t out = small_out + large_bytes + mapped_live;
     stats->bytes_in_use = out > held ? out - held : 0;
     stats->bytes_mapped = cm_os_mapped_bytes();

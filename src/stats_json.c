@@ -10,7 +10,7 @@
  * is one line. The fields are described in docs/DESIGN.md ("Statistics"); in a process where
  * only the calling thread has a cache they add up:
  *   totals.in_use == sum over classes of in_use * size + large.bytes + mapped_blocks.bytes
- *                    - layers.quarantine
+ *                    - layers.quarantine - layers.sample_stash
  *   layers.central_caches == sum of central_cache * size
  *   layers.calling_thread_cache == sum of thread_cache * size      (always, any thread count)
  */
@@ -169,6 +169,7 @@ CM_EXPORT void cmalloc_stats_print_json(int fd)
         number(&w, "page_heap_free", (int64_t)s.bytes_page_heap_free);
         number(&w, "released", (int64_t)s.bytes_released);
         number(&w, "quarantine", (int64_t)cm_check_quarantined_bytes());
+        number(&w, "sample_stash", (int64_t)(cm_prof_stashed_pages() << CM_PAGE_SHIFT));
         number(&w, "metadata", (int64_t)s.bytes_metadata);
         end(&w, "}");
         begin(&w, "large", "{");

@@ -84,6 +84,10 @@ status=$?
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K "$prog" mixed 100000 >"$tmp/stash.txt"
 grep -q ' [1-9][0-9]* freed sample pages kept' "$tmp/stash.txt" ||
     { cat "$tmp/stash.txt"; fail "mixed: no freed sample page kept for the next samples"; }
+# ... and they are not in use: everything was freed (the stdio buffer and the like stay).
+in_use=$(sed -n 's/^ *in use: *\([0-9]*\) bytes.*/\1/p' "$tmp/stash.txt")
+[ -n "$in_use" ] && [ "$in_use" -lt 8192 ] ||
+    { cat "$tmp/stash.txt"; fail "mixed: $in_use bytes in use after every block was freed"; }
 
 # A profile on a signal, written by the next slow path.
 CMALLOC_PROF_SIGNAL=SIGUSR2 CMALLOC_PROF_DUMP="$tmp/sig" "$prog" signal ||

@@ -110,7 +110,8 @@ for name, s in snaps.items():
           f"{name}: calling_thread_cache == sum of thread_cache * size")
     check(s["layers"]["thread_caches"] == s["layers"]["calling_thread_cache"], f"{name}: one thread's cache")
     small = sum(c["in_use"] * c["size"] for c in classes)
-    check(s["totals"]["in_use"] == small + s["large"]["bytes"] + s["mapped_blocks"]["bytes"] - s["layers"]["quarantine"],
+    check(s["totals"]["in_use"] == small + s["large"]["bytes"] + s["mapped_blocks"]["bytes"]
+          - s["layers"]["quarantine"] - s["layers"]["sample_stash"],
           f"{name}: totals.in_use {s['totals']['in_use']} != small {small} + large + mapped")
 
 def by_size(s):
