@@ -44,7 +44,8 @@ void cmalloc_stats_print(int fd);
 void cmalloc_stats_print_json(int fd);
 
 /* Returns free memory to the OS now: the calling thread's cache, every central cache's spare
- * batches and every idle free span. Returns the number of bytes released. */
+ * batches, the profiler's kept sample pages and every idle free span. Returns the number of
+ * bytes released. */
 size_t cmalloc_release(void);
 
 /* Heap profile (CMALLOC_PROF=1): writes the sampled live heap to path in the legacy heap-profile

@@ -274,6 +274,7 @@ bool cm_sample_realloc_moves(const void *p, size_t *old_size);
 void cm_prof_stack_print(uint32_t stack, int fd);
 void cm_prof_stats_print(int fd);
 size_t cm_prof_stashed_pages(void);
+void cm_prof_release_stash(void);
 void cm_prof_fork(int phase);
 
 /* api.c: the entry points' slow paths, where a call's mode is decided (fastpath.h calls in) */

@@ -860,6 +860,19 @@ size_t cm_prof_stashed_pages(void)
     return __atomic_load_n(&stashed, __ATOMIC_RELAXED);
 }
 
+/* Gives the stashed pages back to the page heap (cmalloc_release). */
+void cm_prof_release_stash(void)
+{
+    void *pages[PAGE_STASH];
+    cm_lock_acquire(&prof_lock);
+    unsigned count = stashed;
+    memcpy(pages, page_stash, count * sizeof pages[0]);
+    __atomic_store_n(&stashed, 0, __ATOMIC_RELAXED);
+    cm_lock_release(&prof_lock);
+    for (unsigned i = 0; i < count; i++)
+        cm_free_unchecked(pages[i], "cmalloc_release");
+}
+
 void cm_prof_stats_print(int fd)
 {
     cm_message m = {.length = 0};

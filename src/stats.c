@@ -99,6 +99,7 @@ CM_EXPORT size_t cmalloc_release(void)
         return 0;
     cm_thread_cache_flush_current();
     cm_central_drain();
+    cm_prof_release_stash();
     return cm_page_heap_release(true);
 }
 

@@ -88,6 +88,10 @@ grep -q ' [1-9][0-9]* freed sample pages kept' "$tmp/stash.txt" ||
 in_use=$(sed -n 's/^ *in use: *\([0-9]*\) bytes.*/\1/p' "$tmp/stash.txt")
 [ -n "$in_use" ] && [ "$in_use" -lt 8192 ] ||
     { cat "$tmp/stash.txt"; fail "mixed: $in_use bytes in use after every block was freed"; }
+# cmalloc_release gives them back to the page heap.
+CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K "$prog" release 100000 >"$tmp/release.txt"
+grep -q ' 0 freed sample pages kept' "$tmp/release.txt" ||
+    { cat "$tmp/release.txt"; fail "cmalloc_release kept the freed sample pages"; }
 
 # A profile on a signal, written by the next slow path.
 CMALLOC_PROF_SIGNAL=SIGUSR2 CMALLOC_PROF_DUMP="$tmp/sig" "$prog" signal ||

@@ -15,6 +15,8 @@
  *   dlopen PLUGIN N threads allocate and free while the main thread loads and unloads PLUGIN
  *                   (tests/data/prof_plugin.c) N times, calling it in between
  *   many N          keeps N small blocks (to fill the sample table)
+ *   mixed N         N blocks of 16 B - 8 KiB allocated and freed, then the stats
+ *   release N       the same, then cmalloc_release, then the stats
  *   replace N K PATH  keeps N blocks, then K times frees a random one and allocates another in
  *                   its place (the churn the sampler sees least of: README measures it); dumps
  *                   to PATH and prints the truth
@@ -271,18 +273,20 @@ int main(int argc, char **argv)
         printf("errno changed %ld times\n", changed);
         return changed != 0;
     }
-    if (strcmp(mode, "mixed") == 0 && argc > 2) { /* n allocations of 16 B - 8 KiB, freed */
-        unsigned seed = 1;
+    if ((strcmp(mode, "mixed") == 0 || strcmp(mode, "release") == 0) && argc > 2) {
+        unsigned seed = 1; /* n allocations of 16 B - 8 KiB, freed (then cmalloc_release) */
         for (long i = 0; i < atol(argv[2]); i++) {
             seed = seed * 1103515245u + 12345u;
             free(estimate_small((size_t)16 << (seed >> 16) % 10)); /* 16 B .. 8 KiB alike */
         }
+        if (strcmp(mode, "release") == 0)
+            cmalloc_release();
         cmalloc_stats_print(1);
         return 0;
     }
     if (strcmp(mode, "replace") == 0 && argc > 4)
         return replace((size_t)atol(argv[2]), (size_t)atol(argv[3]), argv[4]);
     fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal "
-                    "| double-free | fork | dlopen PLUGIN N | many N | mixed N | errno | replace N K PATH\n");
+                    "| double-free | fork | dlopen PLUGIN N | many N | mixed N | release N | errno | replace N K PATH\n");
     return 2;
 }
