@@ -12,7 +12,7 @@
 /* ---- fast paths ----------------------------------------------------------------------------
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
  * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test (sizes up to 1 KiB first), a table read, a pop (with
+ * with no extra test. malloc: a size test (sizes up to 1152 B first), a table read, a pop (with
  * a link check), the sampling countdown (prof.c: charges are 0 when sampling is off, so it never
  * runs out) and the free mark cleared. free: a pagemap read of the class byte, an object-start
  * test, the double-free test (the free mark), a length test and a push. No byte counts: a cache's

@@ -34,6 +34,11 @@
  * alloc-window-mixed,alloc-window-powerlaw,python,sqlite,xmalloc,churn). */
 #define CM_SPAN_OBJECTS_MIN      4
 #define CM_SPAN_WASTE_DIVISOR    8
+/* Classes up to CM_SPAN_TIGHT_SIZE take up to CM_SPAN_TIGHT_PAGES pages for a tail of at most
+ * 1/CM_SPAN_TIGHT_DIVISOR: a page holds few of them, so one page can waste 6-12%. */
+#define CM_SPAN_TIGHT_SIZE       2048
+#define CM_SPAN_TIGHT_DIVISOR    32
+#define CM_SPAN_TIGHT_PAGES      4
 /* A batch (objects per fill or flush between a thread and the central cache) is about this
  * many bytes, clamped to [CM_BATCH_MIN, CM_BATCH_MAX] objects. Larger batches (64 objects)
  * were measured: producer/consumer 1.2-1.5x faster, larson, mstress and server 0.6-0.8x

@@ -2,10 +2,12 @@
  *
  * Generated once at init by the rules below (cmalloc_stats_print shows the result):
  *   size     16-byte steps up to 128 B, then 8 classes per doubling (step = lower bound / 8),
- *            so a request wastes at most 12.5% above 128 B; every size is a multiple of 16,
+ *            so a request wastes at most 12.5% above 128 B, plus 1040 (1 KiB and a 16-byte
+ *            header, a common buffer: sqlite3's page cache); every size is a multiple of 16,
  *            so every object is 16-byte aligned.
  *   pages    the fewest pages holding min(CM_SPAN_OBJECTS_MIN objects, 256 KiB) whose tail
- *            wastes at most 1/CM_SPAN_WASTE_DIVISOR (policy.h).
+ *            wastes at most 1/CM_SPAN_WASTE_DIVISOR, and for classes up to CM_SPAN_TIGHT_SIZE
+ *            at most 1/CM_SPAN_TIGHT_DIVISOR within CM_SPAN_TIGHT_PAGES pages (policy.h).
  *   batch    objects per fill/flush: CM_BATCH_BYTES / size, clamped to [CM_BATCH_MIN,
  *            CM_BATCH_MAX].
  *   magic    for free's test that an offset into a span starts one of its objects, with no
@@ -18,8 +20,9 @@
  *   transfer batches the central transfer cache keeps at first: CM_TRANSFER_BYTES / batch
  *            bytes, clamped to [CM_TRANSFER_MIN, CM_TRANSFER_BASE_SLOTS] (more while other
  *            threads take them; idle batches are drained by age: central_cache.c).
- * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to 1 KiB and in
- * 128-byte steps above (every class above 1 KiB is a multiple of 128). Class 0 is never used.
+ * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to
+ * CM_SMALL_STEP_MAX (1152) and in 128-byte steps above (every class above it is a multiple of
+ * 128). Class 0 is never used.
  * Invariant: cm_classes[cm_size_class(n)].size is the smallest class size >= n.
  */
 #include "internal.h"
@@ -39,6 +42,9 @@ static uint32_t pages_for(size_t size)
     size_t want = clamp(CM_SPAN_OBJECTS_MIN * size, size, CM_MAX_SMALL);
     size_t pages = (want + CM_PAGE_SIZE - 1) / CM_PAGE_SIZE;
     while ((pages * CM_PAGE_SIZE) % size > pages * CM_PAGE_SIZE / CM_SPAN_WASTE_DIVISOR)
+        pages++;
+    while (size <= CM_SPAN_TIGHT_SIZE && pages < CM_SPAN_TIGHT_PAGES &&
+           (pages * CM_PAGE_SIZE) % size > pages * CM_PAGE_SIZE / CM_SPAN_TIGHT_DIVISOR)
         pages++;
     return (uint32_t)pages;
 }
@@ -69,9 +75,12 @@ void cm_size_class_init(void)
     cm_class_count = 1;
     for (size_t size = 16; size <= 128; size += 16)
         add_class(size);
-    for (size_t low = 128; low < CM_MAX_SMALL; low *= 2)
+    for (size_t low = 128; low < CM_MAX_SMALL; low *= 2) {
+        if (low == 1024)
+            add_class(1024 + 16); /* 1 KiB and a header (sqlite3's page cache: 1,032 bytes) */
         for (size_t size = low + low / 8; size <= 2 * low; size += low / 8)
             add_class(size);
+    }
 
     unsigned c = 1;
     for (size_t i = 0; i <= CM_SMALL_STEP_MAX / 16; i++) {

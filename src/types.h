@@ -18,7 +18,7 @@
 #define CM_ALIGNMENT      16                  /* every pointer handed out */
 #define CM_MAX_SMALL      ((size_t)256 << 10) /* largest size served by a size class */
 #define CM_CLASSES_MAX    100                 /* table capacity; class 0 means "not small" */
-#define CM_SMALL_STEP_MAX 1024                /* below this, class lookup in 16 B steps */
+#define CM_SMALL_STEP_MAX 1152                /* below this, class lookup in 16 B steps */
 #define CM_HEAP_LISTS     128                 /* page heap: exact lists for 1..128 pages */
 #define CM_ADDRESS_BITS   48                  /* user-space virtual addresses */
 /* No user address space has room for more: larger requests fail at once. */

@@ -40,6 +40,15 @@ static void classes_are_aligned_and_increasing(void **state)
     }
 }
 
+/* 1 KiB and a 16-byte header has a class of its own: it would waste 10% in the next one. */
+static void a_kilobyte_and_a_header_fits(void **state)
+{
+    (void)state;
+    assert_int_equal(cm_classes[cm_size_class(1032)].size, 1040);
+    assert_int_equal(cm_classes[cm_size_class(1041)].size, 1152);
+    assert_int_equal(cm_classes[cm_size_class(1024)].size, 1024);
+}
+
 static void spans_and_batches_follow_the_rules(void **state)
 {
     (void)state;
@@ -52,7 +61,10 @@ static void spans_and_batches_follow_the_rules(void **state)
             assert_int_equal(offset * info->divisor_magic < info->divisor_magic,
                              offset % info->size == 0);
         assert_int_equal(info->objects, span / info->size);
-        assert_true((span - (size_t)info->objects * info->size) * 8 <= span); /* tail waste */
+        size_t tail = span - (size_t)info->objects * info->size;
+        assert_true(tail * CM_SPAN_WASTE_DIVISOR <= span); /* tail waste */
+        if (info->size <= CM_SPAN_TIGHT_SIZE) /* small classes: tighter, within a few pages */
+            assert_true(tail * CM_SPAN_TIGHT_DIVISOR <= span || info->pages == CM_SPAN_TIGHT_PAGES);
         assert_true(info->batch >= 2 && info->batch <= CM_BATCH_MAX);
         assert_true(info->transfer_capacity >= 2 && info->transfer_capacity <= CM_TRANSFER_SLOTS);
         assert_true((size_t)info->transfer_capacity * info->batch * info->size <=
@@ -69,6 +81,7 @@ int main(void)
         cmocka_unit_test(every_size_maps_to_smallest_fitting_class),
         cmocka_unit_test(classes_are_aligned_and_increasing),
         cmocka_unit_test(spans_and_batches_follow_the_rules),
+        cmocka_unit_test(a_kilobyte_and_a_header_fits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
