@@ -384,6 +384,15 @@ static bool may_be_sampled(const void *p)
             __atomic_load_n(&stashed, __ATOMIC_RELAXED) != 0);
 }
 
+/* Whether address starts a LARGE span of one page: a sampled block's own page (not the class
+ * object alloc_own_pages falls back to when the page heap is out of memory). */
+static bool is_one_page_span(uintptr_t address)
+{
+    const cm_span *span = cm_span_of((const void *)address);
+    return span != NULL && span->state == CM_SPAN_LARGE && span->pages == 1 &&
+           (uintptr_t)cm_span_start(span) == address;
+}
+
 static bool is_stashed_locked(uintptr_t address)
 {
     for (unsigned i = 0; i < stashed; i++)
@@ -419,7 +428,7 @@ static bool forget_sample(uintptr_t address, bool own_pages, const char *caller)
         return true;
     }
     if (hole != SAMPLE_SLOTS) {
-        if (own_pages && samples[hole].size <= CM_PAGE_SIZE && stashed < PAGE_STASH) {
+        if (own_pages && stashed < PAGE_STASH && is_one_page_span(address)) {
             page_stash[stashed] = (void *)address;
             __atomic_store_n(&stashed, stashed + 1, __ATOMIC_RELAXED);
             done = true;
