@@ -17,7 +17,7 @@
  * runs out) and the free mark cleared. free: a pagemap read of the class byte, an object-start
  * test, the double-free test (the free mark), a length test and a push. No byte counts: a cache's
  * bytes are bounded by its lists' max_length (thread_cache.c). Together 87 instructions per
- * malloc+free pair up to 1 KiB (90 above) with the caller's loop and PLT jumps; the budget test
+ * malloc+free pair up to 1152 B (90 above) with the caller's loop and PLT jumps; the budget test
  * counts them with callgrind and fails above its budget.
  */
 static inline void *cm_alloc(size_t size)

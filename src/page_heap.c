@@ -13,7 +13,8 @@
  * free_pages == sum of FREE span lengths, released_pages == sum over FREE spans with released.
  * Release by age: a free span idle for CMALLOC_RELEASE_DELAY_MS is madvised away, checked
  * whenever the heap is entered, or at once by cm_page_heap_release (which background.c's
- * release thread also calls). When the OS refuses memory, cm_page_heap_unmap_free unmaps every
+ * release thread also calls). Release on growth: the heap gives back as many resident free
+ * pages as it maps (grow_locked). When the OS refuses memory, cm_page_heap_unmap_free unmaps every
  * free span so that the retry can succeed.
  * Span structs: cm_span_new and cm_span_delete recycle them through spare_spans (its own lock,
  * span_struct_lock, taken inside the heap lock and outside metadata's, since alloc.c also makes

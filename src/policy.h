@@ -35,7 +35,10 @@
 #define CM_SPAN_OBJECTS_MIN      4
 #define CM_SPAN_WASTE_DIVISOR    8
 /* Classes up to CM_SPAN_TIGHT_SIZE take up to CM_SPAN_TIGHT_PAGES pages for a tail of at most
- * 1/CM_SPAN_TIGHT_DIVISOR: a page holds few of them, so one page can waste 6-12%. */
+ * 1/CM_SPAN_TIGHT_DIVISOR: a page holds few of them, so one page can waste 6-12%. With the
+ * 1040-byte class (size_class.c), sqlite3's peak RSS 31.0 -> 29.9 MB (`/usr/bin/time -f %M
+ * sqlite3 :memory: < bench/real_sqlite.sql`, LD_PRELOAD, builds interleaved); the class alone,
+ * seven to a page like the 1152 class, changed nothing. */
 #define CM_SPAN_TIGHT_SIZE       2048
 #define CM_SPAN_TIGHT_DIVISOR    32
 #define CM_SPAN_TIGHT_PAGES      4

@@ -412,9 +412,9 @@ static bool is_sampled(const void *p)
 }
 
 /* Drops p's sample, if any, shifting later entries of its probe chain back into the hole. With
- * own_pages (p is not a guarded block), a sample of up to a page then goes to the stash if it
- * has room. Returns true when p needs no more freeing: stashed, or a stashed page freed again
- * (reported). */
+ * own_pages (p is not a guarded block), a sample that is a one-page LARGE span then goes to the
+ * stash if it has room. Returns true when p needs no more freeing: stashed, or a stashed page
+ * freed again (reported). */
 static bool forget_sample(uintptr_t address, bool own_pages, const char *caller)
 {
     if (!may_be_sampled((const void *)address))

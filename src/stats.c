@@ -31,8 +31,10 @@ CM_EXPORT int cmalloc_stats_get(cmalloc_stats *stats)
     size_t mapped_live = cm_mapped_live_bytes(&mapped_count);
     /* Freed sample pages the profiler keeps for its next samples are spans to the page heap but
      * not allocations, nor in use; nor are freed blocks in the debug mode's quarantine. */
-    size_t stashed = cm_prof_stashed_pages();
-    stats->large_allocations = stats->large_allocations + mapped_count - stashed;
+    size_t stashed = cm_prof_stashed_pages(); /* read apart from the heap's counters: clamp */
+    stats->large_allocations =
+        (stats->large_allocations > stashed ? stats->large_allocations - stashed : 0) +
+        mapped_count;
     size_t held = small_cached + stats->bytes_thread_caches + cm_check_quarantined_bytes() +
                   (stashed << CM_PAGE_SHIFT);
     size_t out = small_out + large_bytes + mapped_live;
