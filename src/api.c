@@ -44,6 +44,21 @@ void cm_free_slow(void *p, const char *caller)
     cm_free_unchecked(p, caller);
 }
 
+/* A free the fast path vetted (p starts an object of a SMALL span, its class in the pagemap,
+ * and carries no free mark) that found its list full, or the thread without a cache yet: straight to the
+ * thread cache, without cm_free_unchecked's span lookup. That lookup reads the span's
+ * metadata, cold in a thread that frees what others allocated (xmalloc's consumers overflow
+ * a list every batch of frees). */
+void cm_free_list_full(void *p)
+{
+    if (CM_UNLIKELY(cm_option.check || cm_sampling || !cm_is_initialized())) {
+        cm_free_slow(p, "free");
+        return;
+    }
+    CM_DEBUG_WALK();
+    cm_thread_cache_free_slow(p, cm_pagemap_leaf_of(p)->size_classes[cm_pagemap_index(p)]);
+}
+
 size_t cm_usable_size(const void *p)
 {
     size_t size;

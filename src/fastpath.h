@@ -53,10 +53,14 @@ static inline void cm_free(void *p)
         cm_free_list *list = &cache->lists[size_class];
         uintptr_t mark = cm_free_mark(p);
         if (CM_LIKELY(offset * info->divisor_magic < info->start_limit &&
-                      list->length < list->max_length && ((uintptr_t *)p)[1] != mark)) {
-            cm_link_set_marked(p, list->head, mark);
-            list->head = p;
-            list->length++;
+                      ((uintptr_t *)p)[1] != mark)) {
+            if (CM_LIKELY(list->length < list->max_length)) {
+                cm_link_set_marked(p, list->head, mark);
+                list->head = p;
+                list->length++;
+                return;
+            }
+            cm_free_list_full(p);
             return;
         }
     }

@@ -280,6 +280,7 @@ void cm_prof_fork(int phase);
 /* api.c: the entry points' slow paths, where a call's mode is decided (fastpath.h calls in) */
 void *cm_alloc_slow(size_t size);
 void cm_free_slow(void *p, const char *caller);
+void cm_free_list_full(void *p);
 void *cm_alloc_aligned(size_t alignment, size_t size);
 void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);
