@@ -150,11 +150,11 @@ static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
     return info->objects - span->used - (uint32_t)((size_t)(span->limit - span->bump) / info->size);
 }
 
-/* Moves want objects of span onto *list (fewer when it runs out, a few more to end a cache
- * line); returns how many. Given-back objects come
- * first, cut off the span's list as a run: read but not rewritten, as they carry their links
- * and marks already, and not even read when the whole list fits into an empty *list. Then
- * never-used objects are carved at the bump pointer. */
+/* Moves want objects of span onto *list (fewer when it runs out, a few more to end a pair of
+ * cache lines); returns how many. Given-back objects come first, cut off the span's list as a
+ * run: read but not rewritten, as they carry their links and marks already, and not even read
+ * when the whole list fits into an empty *list. Then never-used objects are carved at the bump
+ * pointer. */
 static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint32_t want,
                                  void **list)
 {
@@ -174,14 +174,15 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
         cm_link_relink(last, *list);
         *list = first;
     }
-    /* Carving stops only at a cache-line boundary (or the span's end): objects sharing a line
-     * go to one thread, so threads writing their own objects never write the same line. A
+    /* Carving stops only at a boundary of CM_FALSE_SHARING bytes (or the span's end): objects
+     * sharing a line, or the pair of lines the L2 prefetcher fetches together, go to one
+     * thread, so threads writing their own objects never contend for the same lines. A
      * thread's first fills take one object, then two...: without this, two threads starting
-     * together would carve neighbours in turn and write one line from two cores for as long
-     * as they keep those objects (alloc-window-powerlaw at 2 threads ran at half speed in
-     * about half the runs). Up to 3 more objects (16 bytes * 4 = one 64-byte line). */
+     * together carved neighbours in turn and kept contending for as long as they kept those
+     * objects (alloc-window-mixed and -powerlaw at 2 threads ran at half speed in about half
+     * the runs). At most 7 more objects (16-byte objects, 128 bytes). */
     while (span->bump < span->limit &&
-           (taken < want || ((uintptr_t)span->bump & (CM_CACHE_LINE - 1)) != 0)) {
+           (taken < want || ((uintptr_t)span->bump & (CM_FALSE_SHARING - 1)) != 0)) {
         cm_link_set(span->bump, *list);
         *list = span->bump;
         span->bump += info->size;
@@ -193,8 +194,8 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
 
 /* Takes about count objects as a NULL-terminated list in *head; returns how many. When the
  * transfer cache holds a batch, returns that whole batch; objects carved from a span's
- * never-used space run to the end of a cache line: either may exceed count. Returns 0 only
- * when memory is exhausted. */
+ * never-used space run to the end of a pair of cache lines: either may exceed count. Returns 0
+ * only when memory is exhausted. */
 unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
 {
     central *c = &centrals[size_class];
