@@ -1,8 +1,8 @@
 /* test_central_cache.c - the central cache: fills hand out distinct objects of the class from
- * SMALL spans, a flushed full batch comes back whole from the transfer cache (no span
- * touched), partial flushes go to spans, and a span whose objects all come back returns to
- * the page heap; the transfer cache grows past its start only while other threads take its
- * batches. Uses classes the test harness itself never allocates from. */
+ * SMALL spans, carving on to a 128-byte boundary, a flushed full batch comes back whole from
+ * the transfer cache (no span touched), partial flushes go to spans, and a span whose objects
+ * all come back returns to the page heap; the transfer cache grows past its start only while
+ * other threads take its batches. Uses classes the test harness itself never allocates from. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,6 +45,31 @@ static void fill_hands_out_distinct_objects(void **state)
         for (void *b = cm_link_next(a); b; b = cm_link_next(b))
             assert_ptr_not_equal(a, b);
     }
+    cm_central_flush(c, head, n);
+}
+
+/* A fill carves on to a 128-byte boundary: a thread asking for one object gets every object
+ * that shares its lines (or its pair of lines), so no two threads write one line. */
+static void carving_ends_on_a_false_sharing_boundary(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(1040); /* no test here uses it: its first fill carves a span */
+    const size_t size = cm_classes[c].size;
+    cm_central_drain();
+    size_t cached;
+    assert_int_equal(cm_central_objects_out(c, &cached), 0);
+    unsigned expected = 1;
+    while ((expected * size) % CM_FALSE_SHARING != 0 && expected < cm_classes[c].objects)
+        expected++;
+    assert_true(expected > 1); /* 1040 is no multiple of 128 */
+    void *head;
+    unsigned n = cm_central_fill(c, 1, &head);
+    assert_int_equal(n, expected);
+    char *start = cm_span_start(cm_span_of(head)), *end = start;
+    for (void *a = head; a; a = cm_link_next(a))
+        if ((char *)a + size > end)
+            end = (char *)a + size;
+    assert_int_equal((size_t)(end - start), expected * size); /* the span's first objects */
     cm_central_flush(c, head, n);
 }
 
@@ -184,6 +209,7 @@ int main(void)
     cm_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fill_hands_out_distinct_objects),
+        cmocka_unit_test(carving_ends_on_a_false_sharing_boundary),
         cmocka_unit_test(full_batch_round_trips_through_transfer_cache),
         cmocka_unit_test(empty_spans_return_to_the_page_heap),
         cmocka_unit_test(idle_batches_return_to_spans),
