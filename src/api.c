@@ -45,10 +45,10 @@ void cm_free_slow(void *p, const char *caller)
 }
 
 /* A free the fast path vetted (p starts an object of a SMALL span, its class in the pagemap,
- * and carries no free mark) that found its list full, or the thread without a cache yet: straight to the
- * thread cache, without cm_free_unchecked's span lookup. That lookup reads the span's
- * metadata, cold in a thread that frees what others allocated (xmalloc's consumers overflow
- * a list every batch of frees). */
+ * and carries no free mark) that found its list full, or found the thread without a cache yet:
+ * straight to the thread cache, without cm_free_unchecked's span lookup. That lookup reads the
+ * span's metadata, cold in a thread that frees what others allocated (xmalloc's consumers
+ * overflow a list every batch of frees). */
 void cm_free_list_full(void *p)
 {
     if (CM_UNLIKELY(cm_option.check || cm_sampling || !cm_is_initialized())) {
