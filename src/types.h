@@ -96,6 +96,7 @@ typedef struct cm_thread_cache {
     size_t published_size;        /* bytes on the lists as of each list's last slow path, for
                                      stats (atomic) */
     int owner_tid;                /* kernel id of its thread, to find caches whose thread is gone */
+    uint64_t registration;        /* its number in the registry while registered, else 0 */
     struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
     struct cm_thread_cache *prev;
     uint32_t published_length[CM_CLASSES_MAX]; /* each list's length in published_size */
