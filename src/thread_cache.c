@@ -304,21 +304,11 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
         return;
     }
     cm_free_list *list = &cache->lists[size_class];
-    const uint32_t batch = cm_classes[size_class].batch;
-    if (list->length >= list->max_length && list->length > 0 && list->length <= batch) {
-        /* Full, and no longer than a batch: the whole list goes, as it is (NULL-terminated),
-         * with no walk to find where to cut it; the object freed now starts the list again.
-         * A thread that only frees a class (a consumer) overflows it every batch of frees. */
-        cm_central_flush(size_class, list->head, list->length);
-        list->head = NULL;
-        list->length = 0;
-        if (list->max_length < batch)
-            set_max_length(cache, size_class, list->max_length + 1);
-    }
     cm_link_set(object, list->head);
     list->head = object;
     list->length++;
     if (list->length > list->max_length) {
+        const uint32_t batch = cm_classes[size_class].batch;
         release_objects(cache, size_class, list->length < batch ? list->length : batch);
         if (list->max_length < batch)
             set_max_length(cache, size_class, list->max_length + 1);
