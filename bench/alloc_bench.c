@@ -29,13 +29,18 @@
  *   peak RSS  the process's maximum resident set (getrusage), in KiB: what the allocator kept
  *             mapped and touched at its worst, plus the benchmark's own ~1 MiB.
  *   The last line is a RESULT line (see bench_util.h) for scripts/bench-matrix.sh.
+ *   --sharing (window mode): at the end, how many live objects share a 128-byte block (a pair
+ *             of cache lines, which the L2 prefetcher fetches together) with another thread's
+ *             live object: writes to such neighbours make both threads' cores trade the lines.
  *
  * Example: build/bench/alloc_bench --threads 4 --mode=window --size-dist=mixed --size 4096
  */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -55,7 +60,8 @@ static struct {
     unsigned sample_rate;
     const char *label;
     uint64_t seed;
-} opt = {1, 64, DIST_FIXED, MODE_IMMEDIATE, 1024, 0.2, 1.0, 64, NULL, 1};
+    bool sharing;
+} opt = {1, 64, DIST_FIXED, MODE_IMMEDIATE, 1024, 0.2, 1.0, 64, NULL, 1, false};
 
 static _Atomic int phase = PHASE_WARMUP;
 static uint64_t tsc_overhead;
@@ -78,6 +84,7 @@ typedef struct {
     uint32_t *sizes;
     unsigned size_pos;  /* next index into sizes (window mode: after the fill) */
     void **ring;        /* window mode: the live objects, oldest at the cursor */
+    uint64_t *edges;    /* --sharing: each live object's first and last 128-byte block */
     uint64_t ops;       /* ops completed in the measured phase */
     bench_hist hmalloc; /* sampled malloc latencies, cycles */
     bench_hist hfree;   /* sampled free latencies, cycles */
@@ -191,9 +198,56 @@ static void run_window(worker *w)
         }
         w->ops += CHUNK;
     }
+    if (opt.sharing) {
+        w->edges = bench_map(2 * n * sizeof(uint64_t));
+        for (size_t i = 0; i < n; i++) {
+            uintptr_t start = (uintptr_t)ring[i];
+            w->edges[2 * i] = start >> 7;
+            w->edges[2 * i + 1] = (start + malloc_usable_size(ring[i]) - 1) >> 7;
+        }
+    }
     for (size_t i = 0; i < n; i++)
         free(ring[i]);
     bench_unmap(ring, n * sizeof(void *));
+}
+
+/* --sharing: live objects (at the end of the run) with a 128-byte block in common with
+ * another thread's. Only an object's first and last blocks can be shared: sort (block, thread,
+ * object) entries and look for blocks with more than one thread. */
+typedef struct {
+    uint64_t block;
+    uint32_t thread, object;
+} block_entry;
+
+static int by_block(const void *a, const void *b)
+{
+    const block_entry *x = a, *y = b;
+    return x->block < y->block ? -1 : x->block > y->block;
+}
+
+static size_t count_shared(const worker *ws, int nworkers)
+{
+    size_t n = (size_t)nworkers * opt.window * 2, shared = 0;
+    block_entry *entries = bench_map(n * sizeof *entries);
+    uint8_t *marked = bench_map((size_t)nworkers * opt.window);
+    for (int t = 0; t < nworkers; t++)
+        for (size_t i = 0; i < 2 * opt.window; i++)
+            entries[t * 2 * opt.window + i] =
+                (block_entry){ws[t].edges[i], (uint32_t)t, (uint32_t)(i / 2)};
+    qsort(entries, n, sizeof *entries, by_block);
+    for (size_t first = 0, last; first < n; first = last) {
+        bool threads = false;
+        for (last = first + 1; last < n && entries[last].block == entries[first].block; last++)
+            threads |= entries[last].thread != entries[first].thread;
+        for (size_t i = first; threads && i < last; i++) {
+            uint8_t *m = &marked[entries[i].thread * opt.window + entries[i].object];
+            shared += *m == 0;
+            *m = 1;
+        }
+    }
+    bench_unmap(entries, n * sizeof *entries);
+    bench_unmap(marked, (size_t)nworkers * opt.window);
+    return shared;
 }
 
 /* Waiting on the other side of the queue: spin briefly, then give the core away (on a machine
@@ -326,7 +380,7 @@ static void usage(void)
             "usage: alloc_bench [--threads N] [--size BYTES] [--size-dist=fixed|mixed|powerlaw]\n"
             "                   [--mode=immediate|window|crossthread] [--window N]\n"
             "                   [--warmup S] [--seconds S] [--sample-rate N] [--label NAME]\n"
-            "                   [--seed N]\n"
+            "                   [--seed N] [--sharing]\n"
             "  crossthread runs --threads producers and --threads consumers.\n");
     exit(2);
 }
@@ -363,6 +417,8 @@ static void parse_args(int argc, char **argv)
             opt.label = v;
         else if ((v = bench_opt(argc, argv, &i, "--seed")))
             opt.seed = (uint64_t)bench_parse_num("--seed", v);
+        else if (!strcmp(argv[i], "--sharing"))
+            opt.sharing = true;
         else
             usage();
     }
@@ -449,6 +505,10 @@ int main(int argc, char **argv)
     bench_print_lat("free", bench_hist_summary(&hf, cpn));
     bench_print_lat("either call", r.lat);
     printf("  peak RSS       %ld KiB\n", bench_peak_rss_kib());
+    if (opt.sharing && opt.mode == MODE_WINDOW)
+        printf("  sharing        %zu of %zu live objects share a 128-byte block with another "
+               "thread's\n",
+               count_shared(ws, nworkers), (size_t)nworkers * opt.window);
     bench_print_result(&r);
     return 0;
 }

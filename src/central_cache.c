@@ -179,8 +179,9 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
      * thread, so threads writing their own objects never contend for the same lines. A
      * thread's first fills take one object, then two...: without this, two threads starting
      * together carved neighbours in turn and kept contending for as long as they kept those
-     * objects (alloc-window-mixed and -powerlaw at 2 threads ran at half speed in about half
-     * the runs). At most 7 more objects (16-byte objects, 128 bytes). */
+     * objects (alloc-window-powerlaw at 2 threads ran at half speed in about half the runs;
+     * `alloc_bench --mode=window ... --sharing` counts such neighbours, README "Benchmarks").
+     * At most 7 more objects (16-byte objects, 128 bytes). */
     while (span->bump < span->limit &&
            (taken < want || ((uintptr_t)span->bump & (CM_FALSE_SHARING - 1)) != 0)) {
         cm_link_set(span->bump, *list);

@@ -15,8 +15,9 @@
  * with no extra test. malloc: a size test (sizes up to 1152 B first), a table read, a pop (with
  * a link check), the sampling countdown (prof.c: charges are 0 when sampling is off, so it never
  * runs out) and the free mark cleared. free: a pagemap read of the class byte, an object-start
- * test, the double-free test (the free mark), a length test and a push. No byte counts: a cache's
- * bytes are bounded by its lists' max_length (thread_cache.c). Together 87 instructions per
+ * test, the double-free test (the free mark), a length test and a push (a full list goes to
+ * cm_free_list_full, which skips the span lookup the general path makes). No byte counts: a
+ * cache's bytes are bounded by its lists' max_length (thread_cache.c). Together 87 instructions per
  * malloc+free pair up to 1152 B (90 above) with the caller's loop and PLT jumps; the budget test
  * counts them with callgrind and fails above its budget.
  */

@@ -60,7 +60,7 @@
 #define STACK_SLOTS       2048                   /* a power of two */
 #define SAMPLE_SLOTS      16384                  /* a power of two */
 #define SAMPLE_MAX        (SAMPLE_SLOTS / 4 * 3) /* load factor bound of the open addressing */
-#define PAGE_STASH        16 /* freed one-page samples kept for the next ones */
+#define PAGE_STASH        16                     /* freed one-page samples kept for the next ones */
 #define LEAK_STACKS_SHOWN 20
 #define LN2               0.6931471805599453
 /* The smallest class: guard points are spaced so that one of these objects holds a point with
@@ -112,7 +112,7 @@ static unsigned stashed;
 uint32_t cm_sample_charge[CM_CLASSES_MAX];
 static double prof_mean;  /* the mean distance between profile sample points, in bytes */
 static double guard_mean; /* the same for guard points: GUARD_UNIT / -ln(1 - 1/GUARD_RATE) */
-static double guard_keep[CM_CLASSES_MAX]; /* P(guarded | a guard point in an allocation) */
+static double guard_keep[CM_CLASSES_MAX];  /* P(guarded | a guard point in an allocation) */
 static double prof_weight[CM_CLASSES_MAX]; /* weight_of() each class's size, computed once */
 static uint64_t guards_chosen; /* allocations chosen for the guard so far (__atomic builtins) */
 static uintptr_t own_text_start, own_text_end; /* libcmalloc.so's code; empty when linked in */

@@ -144,8 +144,9 @@ static void thread_exit(void *arg)
 
 /* Recycles the caches whose thread is gone among count registry entries, starting where the
  * last sweep stopped. The liveness test is a system call, made without registry_lock, which
- * every thread start and exit takes (held across the calls, it made churn_bench's threads
- * wait on it: 6,504 futex calls in a run, 236 without the sweep). An entry found dead is
+ * every thread start and exit takes (held across the calls, it made churning threads queue on
+ * it: `strace -f -c build/bench/churn_bench --objects 256 --max-size 4096 --threads 8
+ * --seconds 0.5` under LD_PRELOAD counted 6,358 futex calls, 586 since). An entry found dead is
  * recycled only if it still holds the registration it had when it was picked: meanwhile its
  * thread's own destructor may have recycled it and a new thread taken it. A dead thread's
  * lists are safe to walk: nobody touches them any more. Caller holds no lock. */
