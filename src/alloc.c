@@ -56,7 +56,7 @@ static cm_span *map_span(size_t pages, size_t alignment)
     span->page = (uintptr_t)memory >> CM_PAGE_SHIFT;
     span->pages = pages;
     span->state = CM_SPAN_MAPPED;
-    cm_page_heap_set_mapped(span->page, span);
+    cm_page_heap_set_mapped(span);
     atomic_fetch_add_explicit(&mapped_live_bytes, bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&mapped_live_count, 1, memory_order_relaxed);
     return span;
@@ -73,12 +73,12 @@ static void raise_mmap_threshold(size_t bytes)
 static void unmap_span(cm_span *span)
 {
     size_t bytes = span->pages << CM_PAGE_SHIFT;
+    void *start = cm_span_start(span);
     unsigned slot = atomic_fetch_add_explicit(&recently_unmapped_next, 1, memory_order_relaxed);
-    atomic_store_explicit(&recently_unmapped[slot % RECENTLY_UNMAPPED],
-                          (uintptr_t)cm_span_start(span), memory_order_relaxed);
-    cm_page_heap_set_mapped(span->page, NULL);
-    cm_os_unmap(cm_span_start(span), bytes);
-    cm_span_delete(span);
+    atomic_store_explicit(&recently_unmapped[slot % RECENTLY_UNMAPPED], (uintptr_t)start,
+                          memory_order_relaxed);
+    cm_page_heap_forget_mapped(span);
+    cm_os_unmap(start, bytes);
     atomic_fetch_sub_explicit(&mapped_live_bytes, bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&mapped_live_count, 1, memory_order_relaxed);
 }
@@ -272,8 +272,7 @@ static void *remap_span(cm_span *span, size_t size)
         return NULL;
     }
     /* The old range is gone already: forget its span without unmapping again. */
-    cm_page_heap_set_mapped(span->page, NULL);
-    cm_span_delete(span);
+    cm_page_heap_forget_mapped(span);
     atomic_fetch_sub_explicit(&mapped_live_bytes, old_bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&mapped_live_count, 1, memory_order_relaxed);
     return cm_span_start(moved);

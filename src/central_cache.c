@@ -248,6 +248,18 @@ void cm_central_flush(unsigned size_class, void *head, unsigned count)
     cm_lock_release(&c->lock);
 }
 
+/* Takes back one object that carries no free mark yet, marking it under the lock: a free
+ * that a fork's prepare handler catches waiting here leaves its object allocated in the child
+ * (thread_cache.c's free says why). */
+void cm_central_give_back(unsigned size_class, void *object)
+{
+    central *c = &centrals[size_class];
+    cm_lock_acquire(&c->lock);
+    cm_link_set(object, NULL);
+    span_push_list_locked(c, object);
+    cm_lock_release(&c->lock);
+}
+
 /* Gives back to their spans the batches no thread took during the last interval (those
  * below the low-water mark, at the bottom of the stack). */
 static void decay_transfer_caches(void)

@@ -204,7 +204,8 @@ void cm_page_heap_free_released(cm_span *span);
 bool cm_page_heap_resize(cm_span *span, size_t pages);
 size_t cm_page_heap_release(bool everything);
 size_t cm_page_heap_unmap_free(void);
-void cm_page_heap_set_mapped(uintptr_t page, cm_span *span);
+void cm_page_heap_set_mapped(cm_span *span);
+void cm_page_heap_forget_mapped(cm_span *span);
 void cm_page_heap_counters(size_t *free_bytes, size_t *released_bytes, size_t *large_bytes,
                            size_t *large_count);
 bool cm_page_heap_valid(void);
@@ -213,6 +214,7 @@ void cm_page_heap_fork(int phase);
 /* central_cache.c */
 unsigned cm_central_fill(unsigned size_class, unsigned count, void **head);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
+void cm_central_give_back(unsigned size_class, void *object);
 void cm_central_drain(void);
 void cm_central_tick(void);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);

@@ -339,12 +339,24 @@ bool cm_page_heap_resize(cm_span *span, size_t pages)
     return done;
 }
 
-/* Records (or, with NULL, forgets) a MAPPED span's first page in the pagemap. Under heap_lock
- * because coalescing reads the entries next to free spans, which may be a mapping's. */
-void cm_page_heap_set_mapped(uintptr_t page, cm_span *span)
+/* Records a MAPPED span's first page in the pagemap. Under heap_lock because coalescing reads
+ * the entries next to free spans, which may be a mapping's. */
+void cm_page_heap_set_mapped(cm_span *span)
 {
     cm_lock_acquire(&heap_lock);
-    cm_pagemap_set(page, span);
+    cm_pagemap_set(span->page, span);
+    cm_lock_release(&heap_lock);
+}
+
+/* Forgets a MAPPED span, its pagemap entry and its struct, in one hold of the heap lock and
+ * before its mapping goes: a free that fork's prepare handler catches waiting for the lock has
+ * changed nothing yet, so the block is still whole in the child (thread_cache.c's free says
+ * why that matters). */
+void cm_page_heap_forget_mapped(cm_span *span)
+{
+    cm_lock_acquire(&heap_lock);
+    cm_pagemap_set(span->page, NULL);
+    cm_span_delete(span);
     cm_lock_release(&heap_lock);
 }
 

@@ -217,23 +217,25 @@ static cm_thread_cache *cache_for_thread(void)
     return thread_state == THREAD_GONE || cm_option.check ? NULL : create();
 }
 
-static bool over_budget(const cm_thread_cache *cache)
+/* pending: bytes about to be pushed, counted as if they were on the lists already. */
+static bool over_budget(const cm_thread_cache *cache, size_t pending)
 {
-    return cache->published_size > cache->max_size ||
+    return cache->published_size + pending > cache->max_size ||
            cache->capacity > CM_CAPACITY_PER_BUDGET * cache->max_size;
 }
 
-/* Over budget: first try to grow the budget, else halve every list's max_length and give back
- * what no longer fits. Works on the calling thread's live cache. */
-static void scavenge(cm_thread_cache *cache)
+/* Over budget (with pending bytes to come): first try to grow the budget, else halve every
+ * list's max_length and give back what no longer fits, until the pending bytes fit or every
+ * list is down to nothing. Works on the calling thread's live cache. */
+static void scavenge(cm_thread_cache *cache, size_t pending)
 {
     if (cache->max_size < cm_option.thread_cache_max) {
         size_t room = cm_option.thread_cache_max - cache->max_size;
         cache->max_size += claim_budget(cache->max_size < room ? cache->max_size : room);
-        if (!over_budget(cache))
+        if (!over_budget(cache, pending))
             return;
     }
-    while (over_budget(cache)) {
+    while (over_budget(cache, pending) && cache->capacity > 0) {
         for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
             cm_free_list *list = &cache->lists[size_class];
             uint32_t max_length = list->max_length / 2;
@@ -273,8 +275,8 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     const uint32_t batch = cm_classes[size_class].batch;
     if (list->head == NULL) {
         grow(cache, size_class);
-        if (over_budget(cache))
-            scavenge(cache);
+        if (over_budget(cache, 0))
+            scavenge(cache, 0);
         uint32_t want = list->max_length < batch ? list->max_length : batch;
         cm_central_tick();
         unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head);
@@ -290,33 +292,42 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     cm_object_hand_out(object);
     list->length--;
     publish(cache, size_class);
-    if (over_budget(cache))
-        scavenge(cache);
+    if (over_budget(cache, 0))
+        scavenge(cache, 0);
     return object;
 }
 
-/* object starts an object of a SMALL span of size_class and carries no free mark. */
+/* object starts an object of a SMALL span of size_class and carries no free mark.
+ * Everything that may wait on a lock (making room in a full list, keeping the budget) is done
+ * before object is marked free, and nothing after: a fork's prepare handler holds every
+ * allocator lock, and a free it catches waiting must leave the object allocated in the child,
+ * where that free never returned. glibc's child frees again the TLS blocks a thread was
+ * freeing in pthread_create when another forked (tests/programs/fork_dlopen_tls.c). */
 void cm_thread_cache_free_slow(void *object, unsigned size_class)
 {
     cm_thread_cache *cache = cache_for_thread();
     if (cache == NULL) {
-        cm_link_set(object, NULL);
-        cm_central_flush(size_class, object, 1);
+        cm_central_give_back(size_class, object);
         return;
     }
     cm_free_list *list = &cache->lists[size_class];
-    cm_link_set(object, list->head);
-    list->head = object;
-    list->length++;
-    if (list->length > list->max_length) {
+    if (list->length >= list->max_length) {
         const uint32_t batch = cm_classes[size_class].batch;
         release_objects(cache, size_class, list->length < batch ? list->length : batch);
         if (list->max_length < batch)
             set_max_length(cache, size_class, list->max_length + 1);
+        publish(cache, size_class);
     }
+    if (over_budget(cache, cm_classes[size_class].size))
+        scavenge(cache, cm_classes[size_class].size);
+    if (list->length >= list->max_length) { /* the budget left this list no room */
+        cm_central_give_back(size_class, object);
+        return;
+    }
+    cm_link_set(object, list->head);
+    list->head = object;
+    list->length++;
     publish(cache, size_class);
-    if (over_budget(cache))
-        scavenge(cache);
 }
 
 void cm_thread_cache_flush_current(void)
@@ -371,7 +382,7 @@ bool cm_thread_cache_valid(void)
         published += (size_t)cache->published_length[size_class] * cm_classes[size_class].size;
     }
     return capacity == cache->capacity && published == cache->published_size &&
-           !over_budget(cache) && cache->sample_left >= 0 &&
+           !over_budget(cache, 0) && cache->sample_left >= 0 &&
            cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
 

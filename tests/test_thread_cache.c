@@ -1,11 +1,13 @@
 /* test_thread_cache.c - the front end: slow start (a list's max_length starts at 0 and grows
  * one per miss up to the batch), the budget (the bytes counted at slow paths within a budget of
  * at most CMALLOC_THREAD_CACHE_MAX, what the lists may hold within four), cross-thread frees
- * travelling as whole batches, and caches given back at thread exit. */
+ * travelling as whole batches, caches given back at thread exit, and a free that waits on a
+ * lock not marking its object before it has it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "cmalloc.h"
@@ -150,6 +152,50 @@ static void exited_threads_give_their_cache_back(void **state)
     assert_true(after.bytes_metadata <= before.bytes_metadata + (64 << 10)); /* caches recycled */
 }
 
+/* A free whose list is full makes room in the central cache, under its lock, before it marks
+ * its object free: fork's prepare handler holds every lock, and a free it catches waiting must
+ * leave the object allocated in the child. Here the main thread holds the central caches'
+ * locks as that handler does while a worker frees into a full list. */
+static void *waiting_object;
+static _Atomic int worker_ready, worker_go, worker_done;
+
+static void *free_into_full_list(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(7000);
+    void *first = malloc(7000);
+    waiting_object = malloc(7000);
+    free(first); /* the list's max_length is 1 now, and it holds one object */
+    CHECK(cm_thread_cache_current->lists[c].length == cm_thread_cache_current->lists[c].max_length);
+    atomic_store(&worker_ready, 1);
+    while (!atomic_load(&worker_go))
+        cm_os_yield();
+    free(waiting_object); /* must flush first: waits for the central lock */
+    atomic_store(&worker_done, 1);
+    return NULL;
+}
+
+static void free_marks_its_object_after_taking_locks(void **state)
+{
+    (void)state;
+    pthread_t thread;
+    void *failure = NULL;
+    assert_int_equal(pthread_create(&thread, NULL, free_into_full_list, NULL), 0);
+    while (!atomic_load(&worker_ready))
+        cm_os_yield();
+    cm_central_fork(CM_FORK_PREPARE);
+    atomic_store(&worker_go, 1);
+    cm_os_sleep_ms(100);
+    bool done_early = atomic_load(&worker_done), marked_early = cm_object_is_free(waiting_object);
+    cm_central_fork(CM_FORK_PARENT);
+    pthread_join(thread, &failure);
+    if (failure)
+        fail_msg("worker check failed: %s", (const char *)failure);
+    assert_false(done_early);   /* it waited for the lock */
+    assert_false(marked_early); /* without marking its object */
+    assert_true(cm_object_is_free(waiting_object));
+}
+
 int main(void)
 {
     cm_init();
@@ -158,6 +204,7 @@ int main(void)
         cmocka_unit_test(cache_stays_within_budget),
         cmocka_unit_test(cross_thread_frees_travel_in_batches),
         cmocka_unit_test(exited_threads_give_their_cache_back),
+        cmocka_unit_test(free_marks_its_object_after_taking_locks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
