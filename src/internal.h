@@ -64,6 +64,8 @@ bool cm_os_write(int fd, const char *text, size_t length);
 int cm_os_open(const char *path, bool for_writing);
 size_t cm_os_read(int fd, void *buffer, size_t capacity);
 bool cm_os_close(int fd);
+int cm_os_cancel_off(void);
+void cm_os_cancel_restore(int previous);
 int cm_os_process_id(void);
 int cm_os_thread_id(void);
 bool cm_os_thread_alive(int tid);

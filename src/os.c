@@ -286,6 +286,21 @@ bool cm_os_close(int fd)
     return done;
 }
 
+/* ---- thread cancellation -------------------------------------------------------------------
+ * malloc and free are not cancellation points; a system call cmalloc makes on their behalf
+ * that is one (the profiler's unwinder reads a pipe) runs with cancellation off. */
+int cm_os_cancel_off(void)
+{
+    int previous = PTHREAD_CANCEL_ENABLE;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &previous);
+    return previous;
+}
+
+void cm_os_cancel_restore(int previous)
+{
+    pthread_setcancelstate(previous, NULL);
+}
+
 /* ---- locks ---------------------------------------------------------------------------------
  * pthread mutexes: futex-based, never allocate, and sleep rather than spin, which matters when
  * more threads than cores contend on a 2-core machine.
@@ -294,17 +309,24 @@ bool cm_os_close(int fd)
  * and may allocate, so for that thread taking and dropping a lock are no-ops then (it already
  * holds them all, and every other thread is kept out). */
 static CM_THREAD_LOCAL bool holding_all_for_fork;
+/* Allocator locks this thread holds: more than 0 at fork's prepare handler only when fork was
+ * called from a signal handler that interrupted this thread inside the allocator. */
+static CM_THREAD_LOCAL unsigned locks_held;
 
 void cm_lock_acquire(cm_lock *lock)
 {
-    if (CM_LIKELY(!holding_all_for_fork))
+    if (CM_LIKELY(!holding_all_for_fork)) {
+        locks_held++; /* counted before and after: a signal in between errs toward "held" */
         pthread_mutex_lock(lock);
+    }
 }
 
 void cm_lock_release(cm_lock *lock)
 {
-    if (CM_LIKELY(!holding_all_for_fork))
+    if (CM_LIKELY(!holding_all_for_fork)) {
         pthread_mutex_unlock(lock);
+        locks_held--;
+    }
 }
 
 void cm_lock_reinit(cm_lock *lock)
@@ -344,11 +366,16 @@ extern void _IO_list_resetlock(void) __attribute__((weak));
 /* The fork protocol's platform side; returns (at PREPARE) whether the allocator must take its
  * locks. A single-threaded process skips them, as glibc does for its own malloc: no other
  * thread can hold one, and fork may come from a signal handler that interrupted this thread
- * inside the allocator, holding a lock it would wait on forever. */
+ * inside the allocator, holding a lock it would wait on forever. So does a thread that holds
+ * an allocator lock itself, which only such a handler can be: the process may be
+ * multi-threaded only through cmalloc's own release thread (CMALLOC_BACKGROUND_RELEASE=1), or
+ * through threads that cannot be waited for without this one waiting for itself. The child
+ * then inherits the locks as they are, as a single-threaded process's child does
+ * (tests/programs/fork_in_signal_release.c). */
 bool cm_os_fork(int phase)
 {
     if (phase == CM_FORK_PREPARE) {
-        if (__libc_single_threaded)
+        if (__libc_single_threaded || locks_held > 0)
             return false;
         if (_IO_list_lock)
             _IO_list_lock();

@@ -259,7 +259,11 @@ static uint64_t hash_frames(const uintptr_t *frames, unsigned depth)
 /* The id of the stack above the frame that returns to boundary, entered in the table. */
 static uint32_t capture_stack(uintptr_t boundary)
 {
-    int saved_errno = errno; /* the unwinders make system calls (libunwind probes memory) */
+    /* The unwinders make system calls (libunwind probes memory with read() on a pipe): keep
+     * errno, and keep a deferred pthread_cancel from acting in them, which would unwind the
+     * thread out of the middle of malloc or free (tests/programs/cancel_prof.c). */
+    int saved_errno = errno;
+    int cancel_state = cm_os_cancel_off();
     unwind_state state = {.depth = 0, .boundary = boundary, .kept = 0};
     unwind(&state);
     if (!state.kept) { /* the boundary frame was not found (inlined?): keep everything */
@@ -268,6 +272,7 @@ static uint32_t capture_stack(uintptr_t boundary)
         state.depth = 0;
         unwind(&state);
     }
+    cm_os_cancel_restore(cancel_state);
     errno = saved_errno;
     uint64_t hash = hash_frames(state.frames, state.depth);
     cm_lock_acquire(&prof_lock);
