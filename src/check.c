@@ -148,27 +148,45 @@ bool cm_check_free(void *p, const char *caller)
     }
     if (!canary_intact(raw, p))
         return true;
-    raw->state = state_word(FREED, raw);
-    memset(p, FREE_FILL, raw_size(raw) - HEADER);
-
-    check_header *evicted[8];
-    size_t evicted_count = 0;
-    cm_lock_acquire(&quarantine_lock);
-    quarantine[(quarantine_head + quarantine_count) % CM_QUARANTINE_OBJECTS] = raw;
-    quarantine_count++;
-    quarantine_bytes += raw_size(raw);
-    while (evicted_count < 8 &&
-           (quarantine_count == CM_QUARANTINE_OBJECTS || quarantine_bytes > CM_QUARANTINE_BYTES)) {
-        check_header *oldest = quarantine[quarantine_head];
-        quarantine_head = (quarantine_head + 1) % CM_QUARANTINE_OBJECTS;
-        quarantine_count--;
-        quarantine_bytes -= raw_size(oldest);
-        evicted[evicted_count++] = oldest;
+    /* Room first, then the block: the blocks leaving the quarantine go back to the allocator,
+     * which may wait on a lock, and a free that fork's prepare handler catches waiting must
+     * leave its block allocated in the child (thread_cache.c's free says why). So the block is
+     * marked freed, its canary filled over (the child's free checks it) and queued under the
+     * lock, in a round that releases nothing; its user data may be filled before. */
+    size_t size = raw_size(raw);
+    memset(p, FREE_FILL, raw->requested);
+    for (;;) {
+        check_header *evicted[8];
+        size_t evicted_count = 0;
+        bool queued = false, twice = false;
+        cm_lock_acquire(&quarantine_lock);
+        while (evicted_count < 8 && quarantine_count > 0 &&
+               (quarantine_count == CM_QUARANTINE_OBJECTS ||
+                quarantine_bytes + size > CM_QUARANTINE_BYTES)) {
+            evicted[evicted_count++] = quarantine[quarantine_head];
+            quarantine_head = (quarantine_head + 1) % CM_QUARANTINE_OBJECTS;
+            quarantine_count--;
+            quarantine_bytes -= raw_size(evicted[evicted_count - 1]);
+        }
+        if (evicted_count == 0) {
+            twice = raw->state != state_word(ALLOCATED, raw); /* another thread's free won */
+            if (!twice) {
+                raw->state = state_word(FREED, raw);
+                memset((char *)p + raw->requested, FREE_FILL, size - HEADER - raw->requested);
+                quarantine[(quarantine_head + quarantine_count) % CM_QUARANTINE_OBJECTS] = raw;
+                quarantine_count++;
+                quarantine_bytes += size;
+            }
+            queued = true;
+        }
+        cm_lock_release(&quarantine_lock);
+        for (size_t i = 0; i < evicted_count; i++)
+            release_from_quarantine(evicted[i]);
+        if (twice)
+            cm_report_double_free(caller, p);
+        if (queued)
+            return true;
     }
-    cm_lock_release(&quarantine_lock);
-    for (size_t i = 0; i < evicted_count; i++)
-        release_from_quarantine(evicted[i]);
-    return true;
 }
 
 /* Bytes of freed blocks waiting in the quarantine: freed by the program, not yet reusable. */
