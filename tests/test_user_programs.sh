@@ -51,7 +51,7 @@ build_all() {
 build_reproducers() {
     $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/tls_module.c" -o "$out/libtls_module.so" &&
     build fork_dlopen_tls "$CC" -ldl &&
-    for name in cancel_prof fork_in_signal_release cancel_async signal_malloc; do
+    for name in cancel_prof fork_in_signal_release unshare_release cancel_async signal_malloc; do
         build "$name" "$CC" || return 1
     done
 }
