@@ -7,8 +7,11 @@
 # killed after LIMIT seconds: a kill is reported as a hang.
 #
 #   sh tests/test_user_programs.sh [NAME...]     (from the top directory; make test runs it)
-# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget.
-# Runtime: about 20 s on two cores.
+#   sh tests/test_user_programs.sh --build-reproducers   (builds the programs of open bugs, not run)
+# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget;
+# USER_PROGRAM_SKIP names programs to skip (reported as SKIP), for a caller that runs the set
+# with options under which a program meets an open bug (test_prof.sh).
+# Runtime: about 30 s on two cores (under nice, beside a benchmark), 37 s with the first build.
 set -u
 
 top=$(pwd)
@@ -33,16 +36,39 @@ build() { # build NAME COMPILER FLAGS...: tests/programs/NAME.* -> build/tests/p
 build_all() {
     $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/atfork_lib.c" -o "$out/libatfork_lib.so" &&
     build atfork_main "$CC" -Wl,--no-as-needed -L"$out" -latfork_lib -Wl,-rpath,"$out" &&
-    for name in threads_join join_user_stack fork_stdio fork_in_signal big_tls; do
+    $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/dlopen_lib.c" -o "$out/libdlopen_lib.so" &&
+    build dlopen_cycle "$CC" -ldl &&
+    for name in threads_join join_user_stack fork_stdio fork_in_signal big_tls thread_exit_race \
+        fork_thread_churn cancel_malloc spawn_threads glibc_extras oom_threads small_stack fork_nested; do
         build "$name" "$CC" || return 1
     done &&
-    if command -v "$CXX" >/dev/null 2>&1; then build nothrow_handler "$CXX"; fi
+    if command -v "$CXX" >/dev/null 2>&1; then
+        for name in nothrow_handler tls_destructors cxx_threads; do
+            build "$name" "$CXX" || return 1
+        done
+    fi
+}
+# Reproducers of open bugs, built on request and not run (main stays green); each says how it
+# fails in its header: sh tests/test_user_programs.sh --build-reproducers
+build_reproducers() {
+    $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/tls_module.c" -o "$out/libtls_module.so" &&
+    build fork_dlopen_tls "$CC" -ldl &&
+    for name in cancel_prof fork_in_signal_release unshare_release cancel_async signal_malloc; do
+        build "$name" "$CC" || return 1
+    done
 }
 build_all || { echo "test_user_programs: building the programs failed" >&2; exit 1; }
+if [ "${1:-}" = --build-reproducers ]; then
+    build_reproducers && echo "test_user_programs: reproducers built in $out" && exit 0
+    exit 1
+fi
 
 failures=0
 run() { # run NAME: once plain, then REPEAT times under cmalloc
     name=$1
+    case " ${USER_PROGRAM_SKIP:-} " in *" $name "*)
+        echo "-- $name: SKIP (USER_PROGRAM_SKIP)"; return ;;
+    esac
     [ -x "$out/$name" ] || { echo "-- $name: SKIP (not built)"; return; }
     printf -- "-- %s:" "$name"
     if ! (unset LD_PRELOAD; timeout -s KILL "$limit" "$out/$name") >"$out/$name.log" 2>&1; then
@@ -64,7 +90,9 @@ run() { # run NAME: once plain, then REPEAT times under cmalloc
 }
 
 if [ $# -gt 0 ]; then names="$*"; else
-    names="threads_join join_user_stack fork_stdio fork_in_signal atfork_main nothrow_handler big_tls"
+    names="threads_join join_user_stack fork_stdio fork_in_signal atfork_main nothrow_handler big_tls
+        thread_exit_race fork_thread_churn cancel_malloc spawn_threads dlopen_cycle glibc_extras
+        oom_threads small_stack fork_nested tls_destructors cxx_threads"
 fi
 for name in $names; do run "$name"; done
 [ "$failures" -eq 0 ] || { echo "test_user_programs: $failures program(s) failed"; exit 1; }

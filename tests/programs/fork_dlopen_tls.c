@@ -1,0 +1,89 @@
+/* fork_dlopen_tls.c - REPRODUCER, not in the run list (fails under cmalloc, passes without).
+ * A program that dlopens a module with thread-local storage (libtls_module.so, argv[1]); two
+ * threads start and join short threads that touch the module's TLS (glibc mallocs each thread's
+ * block of it), so their pthread_create reuses cached stacks and frees the previous thread's
+ * block inside glibc's get_cached_stack. Main forks 300 times; each child starts and joins one
+ * thread and exits 0. Under cmalloc some children abort with "cmalloc: double free" in
+ * pthread_create -> get_cached_stack -> free: the block freed in the parent by the creating
+ * thread (marked free before the free blocks on an allocator lock the fork prepare handler holds)
+ * is still in the DTV of the stack glibc's child reclaims, and the child frees it again. Exit 0
+ * when every child exited 0; 1 otherwise (prints how many failed). The module is argv[1], by
+ * default libtls_module.so in the program's own directory. */
+#include "../watchdog.h"
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static atomic_int stop;
+static int (*touch)(int);
+
+static void *short_lived(void *arg)
+{
+    touch((int)(size_t)arg);
+    return NULL;
+}
+
+static void *spawner(void *arg)
+{
+    (void)arg;
+    for (unsigned n = 1; !atomic_load(&stop); n++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, short_lived, (void *)(size_t)n) == 0)
+            pthread_join(t, NULL);
+    }
+    return NULL;
+}
+
+static void *nothing(void *arg)
+{
+    return arg;
+}
+
+int main(int argc, char **argv)
+{
+    static char path[4096];
+    if (argc > 1)
+        snprintf(path, sizeof path, "%s", argv[1]);
+    else {
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+        if (n <= 0)
+            return 2;
+        path[n] = '\0';
+        strcpy(strrchr(path, '/') + 1, "libtls_module.so");
+    }
+    void *module = dlopen(path, RTLD_NOW);
+    if (module == NULL || (touch = (int (*)(int))dlsym(module, "tls_touch")) == NULL) {
+        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+        return 2;
+    }
+    start_watchdog("fork_dlopen_tls", 25);
+    pthread_t spawners[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&spawners[i], NULL, spawner, NULL);
+    int bad = 0;
+    for (int i = 0; i < 300; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            pthread_t t;
+            _exit(pthread_create(&t, NULL, nothing, NULL) == 0 && pthread_join(t, NULL) == 0
+                      ? 0
+                      : 3);
+        }
+        watchdog_child = pid;
+        int status;
+        if (pid < 0 || waitpid(pid, &status, 0) != pid || status != 0)
+            bad++;
+        watchdog_child = 0;
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(spawners[i], NULL);
+    if (bad)
+        printf("%d of 300 children failed\n", bad);
+    return bad ? 1 : 0;
+}
