@@ -138,13 +138,10 @@ echo "$line" | grep -q 'unwound by libunwind' || fail "the profiler does not use
 
 # The user programs (threads joined, fork beside stdio threads, fork in a signal handler,
 # foreign atfork handlers, ...) with the profiler and the guard sampling often: no hang.
-# Skipped, open bugs met only with these options (reproducers in tests/programs, not run;
-# drop a name here when its bug is fixed): fork_thread_churn - children abort with "double
-# free" in pthread_create, freeing libunwind's TLS block of a reused thread stack
-# (fork_dlopen_tls.c); cancel_malloc - libunwind's read() makes malloc and free cancellation
-# points, so a cancelled thread unwinds out of malloc (cancel_prof.c).
+# (With them, fork_thread_churn's children met libunwind's own TLS block freed twice by
+# glibc's child, and cancel_malloc met libunwind's read() as a cancellation point: both fixed,
+# see fork_dlopen_tls.c and cancel_prof.c.)
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=100 USER_PROGRAM_REPEAT=2 \
-    USER_PROGRAM_SKIP="fork_thread_churn cancel_malloc" \
     sh tests/test_user_programs.sh >"$tmp/programs.txt" 2>&1 ||
     { tail -20 "$tmp/programs.txt"; fail "the user programs with the profiler and guard on"; }
 

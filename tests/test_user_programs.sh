@@ -8,10 +8,7 @@
 #
 #   sh tests/test_user_programs.sh [NAME...]     (from the top directory; make test runs it)
 #   sh tests/test_user_programs.sh --build-reproducers   (builds the programs of open bugs, not run)
-# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget;
-# USER_PROGRAM_SKIP names programs to skip (reported as SKIP), for a caller that runs the set
-# with options under which a program meets an open bug (test_prof.sh).
-# Runtime: about 30 s on two cores (under nice, beside a benchmark), 37 s with the first build.
+# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget.
 set -u
 
 top=$(pwd)
@@ -38,8 +35,11 @@ build_all() {
     build atfork_main "$CC" -Wl,--no-as-needed -L"$out" -latfork_lib -Wl,-rpath,"$out" &&
     $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/dlopen_lib.c" -o "$out/libdlopen_lib.so" &&
     build dlopen_cycle "$CC" -ldl &&
+    $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/tls_module.c" -o "$out/libtls_module.so" &&
+    build fork_dlopen_tls "$CC" -ldl &&
     for name in threads_join join_user_stack fork_stdio fork_in_signal big_tls thread_exit_race \
-        fork_thread_churn cancel_malloc spawn_threads glibc_extras oom_threads small_stack fork_nested; do
+        fork_thread_churn cancel_malloc spawn_threads glibc_extras oom_threads small_stack \
+        fork_nested cancel_prof fork_in_signal_release; do
         build "$name" "$CC" || return 1
     done &&
     if command -v "$CXX" >/dev/null 2>&1; then
@@ -48,12 +48,10 @@ build_all() {
         done
     fi
 }
-# Reproducers of open bugs, built on request and not run (main stays green); each says how it
-# fails in its header: sh tests/test_user_programs.sh --build-reproducers
+# Programs that fail under cmalloc or break POSIX (probes), built on request and not run; each
+# says how it fails in its header: sh tests/test_user_programs.sh --build-reproducers
 build_reproducers() {
-    $CC -O1 -g -Wall -Wextra -shared -fPIC "$src/tls_module.c" -o "$out/libtls_module.so" &&
-    build fork_dlopen_tls "$CC" -ldl &&
-    for name in cancel_prof fork_in_signal_release unshare_release cancel_async signal_malloc; do
+    for name in unshare_release cancel_async signal_malloc; do
         build "$name" "$CC" || return 1
     done
 }
@@ -66,9 +64,6 @@ fi
 failures=0
 run() { # run NAME: once plain, then REPEAT times under cmalloc
     name=$1
-    case " ${USER_PROGRAM_SKIP:-} " in *" $name "*)
-        echo "-- $name: SKIP (USER_PROGRAM_SKIP)"; return ;;
-    esac
     [ -x "$out/$name" ] || { echo "-- $name: SKIP (not built)"; return; }
     printf -- "-- %s:" "$name"
     if ! (unset LD_PRELOAD; timeout -s KILL "$limit" "$out/$name") >"$out/$name.log" 2>&1; then
@@ -92,7 +87,8 @@ run() { # run NAME: once plain, then REPEAT times under cmalloc
 if [ $# -gt 0 ]; then names="$*"; else
     names="threads_join join_user_stack fork_stdio fork_in_signal atfork_main nothrow_handler big_tls
         thread_exit_race fork_thread_churn cancel_malloc spawn_threads dlopen_cycle glibc_extras
-        oom_threads small_stack fork_nested tls_destructors cxx_threads"
+        oom_threads small_stack fork_nested tls_destructors cxx_threads fork_dlopen_tls cancel_prof
+        fork_in_signal_release"
 fi
 for name in $names; do run "$name"; done
 [ "$failures" -eq 0 ] || { echo "test_user_programs: $failures program(s) failed"; exit 1; }

@@ -1,4 +1,4 @@
-/* cancel_prof.c - REPRODUCER, not in the run list (fails under cmalloc with the profiler on).
+/* cancel_prof.c - deferred cancellation with the profiler on (cmalloc failed it until 8af513e).
  * malloc and free are not cancellation points, so a deferred pthread_cancel must act only at
  * the program's own pthread_testcancel. Re-executes itself with CMALLOC_PROF=1 and
  * CMALLOC_PROF_RATE=4096 (options are read at start); 8 threads loop malloc/free with a flag

@@ -1,8 +1,8 @@
-/* fork_in_signal_release.c - REPRODUCER, not in the run list (hangs under cmalloc). The
- * program of fork_in_signal.c (single-threaded; a timer signal handler forks while main
- * allocates) run with CMALLOC_BACKGROUND_RELEASE=1: cmalloc's own release thread makes the
- * process multi-threaded (__libc_single_threaded false), so the fork prepare handler takes the
- * allocator's locks - one of which the interrupted main thread holds - and waits for itself.
+/* fork_in_signal_release.c - the program of fork_in_signal.c (single-threaded; a timer signal
+ * handler forks while main allocates) run with CMALLOC_BACKGROUND_RELEASE=1. What goes wrong:
+ * cmalloc's own release thread makes the process multi-threaded (__libc_single_threaded
+ * false), so a fork prepare handler that takes the allocator's locks - one of which the
+ * interrupted main thread holds - waits for itself (cmalloc hung in every run until 8af513e).
  * The program the user wrote has one thread and forks safely without cmalloc. A parent process
  * (single-threaded, no watchdog thread, so glibc behaves as for the real program) runs the
  * test in a child with the option set and kills it after 10 s. Exit 0 when the child finished;
