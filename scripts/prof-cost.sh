@@ -7,8 +7,12 @@
 #   prof    CMALLOC_PROF=1 (default rate, 512 KiB)
 #   guard   CMALLOC_GUARD_RATE=1000
 #
-#   scripts/prof-cost.sh [--reps N] [--seconds S] [--threads "1 2"]
+#   scripts/prof-cost.sh [--reps N] [--seconds S] [--threads "1 2"] [--before LIB]
 #   scripts/prof-cost.sh --instructions
+#
+# --before LIB adds a fourth way, interleaved with the others: the guard setting under LIB (say
+# an earlier commit's build/libcmalloc.so, copied aside), shown as "guard before × off", so a
+# change to the guard is measured against what it replaces in the same run.
 #
 # --instructions counts instead, with callgrind as tests/test_fastpath_budget.sh does, the
 # instructions of a malloc+free pair that hits the thread cache (64 and 1000 bytes) in each
@@ -21,13 +25,15 @@ reps=5
 seconds=0.5
 threads="1 2"
 instructions=0
+before=
 while [ $# -gt 0 ]; do
     case "$1" in
     --instructions) instructions=1 ;;
     --reps) reps=$2; shift ;;
     --seconds) seconds=$2; shift ;;
     --threads) threads=$2; shift ;;
-    *) echo "usage: $0 [--reps N] [--seconds S] [--threads \"1 2\"] | --instructions" >&2; exit 2 ;;
+    --before) before=$(realpath "$2"); shift ;;
+    *) echo "usage: $0 [--reps N] [--seconds S] [--threads \"1 2\"] [--before LIB] | --instructions" >&2; exit 2 ;;
     esac
     shift
 done
@@ -68,11 +74,20 @@ server|build/bench/server_bench --slots 16384 --max-size 8192
 churn|build/bench/churn_bench --objects 256 --max-size 4096
 orderbook|build/orderbook replay $tmp/messages"
 
+configs="off prof guard"
+if [ -n "$before" ]; then
+    settings="$settings
+guard-before|CMALLOC_GUARD_RATE=1000"
+    configs="$configs guard-before"
+fi
+
 run() { # config, command...: prints ops/s
     config=$1
     shift
     environment=$(echo "$settings" | sed -n "s/^$config|//p")
-    env $environment LD_PRELOAD="$lib" "$@" 2>&1 | sed -n 's/.*ops_per_sec=\([0-9]*\).*/\1/p; s/^messages_per_second: *//p'
+    preload=$lib
+    [ "$config" != guard-before ] || preload=$before
+    env $environment LD_PRELOAD="$preload" "$@" 2>&1 | sed -n 's/.*ops_per_sec=\([0-9]*\).*/\1/p; s/^messages_per_second: *//p'
 }
 
 for r in $(seq "$reps"); do
@@ -82,7 +97,7 @@ for r in $(seq "$reps"); do
             orderbook) [ "$t" = 1 ] || continue; args="" ;;
             *) args="--threads $t --seconds $seconds" ;;
             esac
-            for config in off prof guard; do
+            for config in $configs; do
                 # shellcheck disable=SC2086
                 value=$(run "$config" $command $args)
                 echo "$name $t $config $r $value" >>"$tmp/results"
@@ -98,9 +113,11 @@ runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     name, threads, config, rep, value = line.split()
     runs[(name, int(threads))].setdefault(config, {})[rep] = float(value)
-configs_shown = ("prof", "guard")
-print("| workload | threads | off (ops/s) | prof × off | guard × off |")
-print("|---|---:|---:|---:|---:|")
+configs_shown = ["prof", "guard"]
+if any("guard-before" in configs for configs in runs.values()):
+    configs_shown.append("guard-before")
+print("| workload | threads | off (ops/s) | " + " | ".join(c.replace("-", " ") + " × off" for c in configs_shown) + " |")
+print("|---|---:|---:|" + "---:|" * len(configs_shown))
 for (name, threads), configs in runs.items():
     off = configs["off"]
     cells = []

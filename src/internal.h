@@ -52,6 +52,7 @@ void cm_os_unmap(void *address, size_t size);
 void cm_os_release(void *address, size_t size);
 void *cm_os_reserve(size_t size);
 bool cm_os_separate(void *address, size_t size);
+bool cm_os_guard_pages(void *address, size_t size);
 bool cm_os_protect(void *address, size_t size, bool accessible);
 bool cm_os_resize(void *address, size_t old_size, size_t new_size);
 bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t new_size);
@@ -112,6 +113,7 @@ typedef struct cm_option_values {
     const char *prof_signal;   /* signal name or number that asks for a profile, or NULL */
     size_t guard_rate;         /* one small allocation in this many is guarded (guard.c); 0 off */
     size_t guard_slots;        /* guarded allocations live or quarantined at once, at most */
+    bool guard_markers;        /* kernel guard markers (Linux 6.13+): slots opened in runs */
 } cm_option_values;
 #define CM_STATS_JSON 2 /* CMALLOC_STATS=json */
 extern cm_option_values cm_option;
@@ -262,6 +264,7 @@ bool cm_guard_owns(const void *p);
 void cm_guard_free(void *p, const char *caller, uint32_t stack);
 size_t cm_guard_usable_size(const void *p, const char *caller);
 size_t cm_guard_bytes(size_t *live);
+uint64_t cm_guard_openings(size_t *slots_per_opening);
 void cm_guard_fork(int phase);
 
 /* prof.c: the sampling heap profiler and the sampling decision for guard.c. cm_sampling is

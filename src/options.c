@@ -78,6 +78,9 @@ static const option_entry options[] = {
          "N: on average one small allocation in N gets its own page before a guard page (0: off)"},
     {"GUARD_SLOTS", &cm_option.guard_slots, OPTION_SIZE, 256,
      .doc = "guarded allocations live at once, freed ones kept inaccessible, at most (4 KiB each)"},
+    {"GUARD_MARKERS", &cm_option.guard_markers, OPTION_BOOL, 1,
+     .doc = "1: kernel guard markers (Linux 6.13+) on the guard pages, so that freed slots are "
+            "opened 16 at a time; 0: one mprotect per slot, as on older kernels"},
 };
 enum { OPTION_COUNT = sizeof options / sizeof options[0] };
 

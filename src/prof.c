@@ -919,7 +919,13 @@ void cm_prof_stats_print(int fd)
         cm_message_uint(&m, cm_option.guard_slots);
         cm_message_str(&m, " slots; ");
         cm_message_uint(&m, __atomic_load_n(&guards_chosen, __ATOMIC_RELAXED));
-        cm_message_str(&m, " allocations chosen\n");
+        size_t run;
+        uint64_t openings = cm_guard_openings(&run);
+        cm_message_str(&m, " allocations chosen; ");
+        cm_message_uint(&m, openings);
+        cm_message_str(&m, " openings of ");
+        cm_message_uint(&m, run);
+        cm_message_str(&m, run > 1 ? " slots (kernel guard markers)\n" : " slot\n");
         cm_message_write(&m, fd);
     }
 }

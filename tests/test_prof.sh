@@ -10,7 +10,12 @@
 #   - google-pprof --text reads the dump and names the allocating functions;
 #   - the leak report names the leaking function and not the one that freed everything;
 #   - a guarded overflow and a guarded use after free die of SIGSEGV, the report naming the
-#     fault and the allocating (and freeing) function;
+#     fault and the allocating (and freeing) function, with the kernel's guard markers and
+#     without (CMALLOC_GUARD_MARKERS=0), and a use after free found only after many more
+#     guarded allocations; with markers, also a use after free of a block freed inside a run of
+#     slots opened together and an overflow into a guard page inside such a run, and slots
+#     opened 16 at a time; from Linux 6.13 on markers must be in use (unless
+#     CMALLOC_GUARD_MARKERS is set);
 #   - CMALLOC_PROF_SIGNAL writes a profile; fork beside threads with both features on (the
 #     child unwinds with libgcc), build/tests/test_threads (when built: make test builds it
 #     first) and tests/test_user_programs.sh with both on;
@@ -60,19 +65,38 @@ CMALLOC_PROF_LEAKS=1 CMALLOC_PROF_RATE=64K "$prog" leak 2>"$tmp/leak.txt"
 grep -q 'cmalloc: leak report' "$tmp/leak.txt" && grep -q 'leaky_function' "$tmp/leak.txt" ||
     { cat "$tmp/leak.txt"; fail "the leak report does not name leaky_function"; }
 
-# Guarded overflow and use after free: death by SIGSEGV (status 139 through sh), reported.
-death() { # mode, then patterns the report must contain
-    mode=$1
-    shift
-    CMALLOC_GUARD_RATE=1 "$prog" "$mode" 2>"$tmp/$mode.txt"
+# Guarded overflow and use after free: death by SIGSEGV (status 139 through sh), reported,
+# with the kernel's guard markers (where it has them: Linux 6.13) and without.
+death() { # markers, mode, then patterns the report must contain
+    markers=$1
+    mode=$2
+    shift 2
+    CMALLOC_GUARD_MARKERS=$markers CMALLOC_GUARD_RATE=1 "$prog" "$mode" 2>"$tmp/$mode.txt"
     status=$?
-    [ "$status" -eq 139 ] || fail "$mode: exit status $status, not death by SIGSEGV (139)"
+    [ "$status" -eq 139 ] || { cat "$tmp/$mode.txt"; fail "$mode (markers $markers): exit status $status, not death by SIGSEGV (139)"; }
     for pattern in "$@"; do
-        grep -q "$pattern" "$tmp/$mode.txt" || { cat "$tmp/$mode.txt"; fail "$mode: the report lacks '$pattern'"; }
+        grep -q "$pattern" "$tmp/$mode.txt" || { cat "$tmp/$mode.txt"; fail "$mode (markers $markers): the report lacks '$pattern'"; }
     done
 }
-death overflow 'heap buffer overflow' '12 bytes past the end of a 100-byte live block' make_buffer
-death use-after-free 'use after free' '100-byte block' make_buffer release_buffer
+kernel_markers=$(CMALLOC_GUARD_RATE=100 "$prog" mixed 1000 | grep 'guarded:' | grep -c 'kernel guard markers')
+for markers in 1 0; do
+    death $markers overflow 'heap buffer overflow' '12 bytes past the end of a 100-byte live block' make_buffer
+    death $markers use-after-free 'use after free' '100-byte block' make_buffer release_buffer
+    death $markers use-after-free-later 'use after free' '100-byte block' make_buffer release_buffer
+done
+# Slots opened together: only where the kernel has markers (with none, no run is ever opened);
+# a kernel from 6.13 on has them, so their absence there is a failure, not a skip.
+release=$(uname -r | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+if [ "$kernel_markers" -eq 0 ] && [ -z "${CMALLOC_GUARD_MARKERS:-}" ] &&
+    echo "$release" | awk '{ exit !($1 > 6 || ($1 == 6 && $2 >= 13)) }'; then
+    fail "guard: Linux $(uname -r) has guard markers, but cmalloc does not use them"
+fi
+if [ "$kernel_markers" -gt 0 ]; then
+    death 1 overflow-in-run 'heap buffer overflow' '12 bytes past the end of a 100-byte live block' make_buffer
+    death 1 use-after-free-in-run 'use after free' '100-byte block' make_buffer release_buffer
+else
+    echo "guard: the kernel has no guard markers (Linux 6.13+): runs of slots not tested"
+fi
 
 # A sampled block freed twice: the first free kept its page for the next sample (the stash),
 # the second is reported and aborts, as any double free does; the page is never handed out twice.
@@ -131,6 +155,17 @@ chosen=$(echo "$line" | sed -n 's/.* \([0-9]*\) allocations chosen.*/\1/p')
 echo "guard rate: ${chosen:-?} of 400000 mixed allocations guarded, 3600 expected"
 [ -n "$chosen" ] && [ "$chosen" -gt 3240 ] && [ "$chosen" -lt 3960 ] ||
     fail "guard rate: $chosen guarded allocations is not within 10% of 3600 ($line)"
+# One opening per 16 guarded blocks with the kernel's markers, one per block without.
+openings() { echo "$1" | sed -n 's/.* \([0-9]*\) openings of.*/\1/p'; }
+if [ "$kernel_markers" -gt 0 ]; then
+    opened=$(openings "$line")
+    echo "$line" | grep -q 'openings of 16 slots' && [ -n "$opened" ] && [ $((opened * 12)) -lt "$chosen" ] ||
+        fail "guard with markers: $opened openings for $chosen guarded allocations ($line)"
+fi
+line=$(CMALLOC_GUARD_MARKERS=0 CMALLOC_GUARD_RATE=100 "$prog" mixed 100000 | grep 'guarded:')
+chosen=$(echo "$line" | sed -n 's/.* \([0-9]*\) allocations chosen.*/\1/p')
+[ -n "$chosen" ] && [ "$(openings "$line")" = "$chosen" ] && echo "$line" | grep -q 'openings of 1 slot$' ||
+    fail "guard without markers: not one opening per guarded allocation ($line)"
 
 # Stacks come from libunwind (scripts/deps.sh installs libunwind8), libgcc's unwinder without it.
 line=$(CMALLOC_PROF=1 "$prog" mixed 1000 | grep 'profiler:')

@@ -7,6 +7,14 @@
  *   leak            leaks from leaky_function, frees everything else
  *   overflow        writes past the end of a block from make_buffer
  *   use-after-free  writes to a block from make_buffer after release_buffer freed it
+ *   use-after-free-later  the same after 150 more blocks were made and freed (with the guard,
+ *                   slots opened in runs since the free)
+ *   overflow-in-run writes past the end of a guarded block whose guard page lies inside a run
+ *                   of slots opened together (its mapping readable and writable in
+ *                   /proc/self/maps, the kernel's guard marker alone stopping the write); exits
+ *                   2 when no such block turns up
+ *   use-after-free-in-run  writes to a guarded block freed while its slot lay in a run opened
+ *                   ahead of the guard's cursor; exits 2 when it never did
  *   double-free     frees a block from make_buffer twice
  *   signal PATH     raises CMALLOC_PROF_SIGNAL's signal, then allocates (the next slow path writes
  *                   PATH.<pid>.0.heap)
@@ -23,9 +31,11 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +74,81 @@ __attribute__((noinline)) char *make_buffer(size_t size)
 __attribute__((noinline)) void release_buffer(char *p)
 {
     free(p);
+}
+
+/* Whether the page at address is mapped readable and writable (/proc/self/maps, read without
+ * allocating: with the guard on, an allocation would move the guard's cursor). */
+static int page_open(uintptr_t address)
+{
+    static char maps[1 << 20];
+    int fd = open("/proc/self/maps", O_RDONLY);
+    size_t length = 0;
+    ssize_t got;
+    while (fd >= 0 && length < sizeof maps - 1 &&
+           (got = read(fd, maps + length, sizeof maps - 1 - length)) > 0)
+        length += (size_t)got;
+    if (fd >= 0)
+        close(fd);
+    maps[length] = '\0';
+    for (char *line = maps; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "") {
+        unsigned long start, end;
+        char permissions[8];
+        if (sscanf(line, "%lx-%lx %7s", &start, &end, permissions) == 3 && address >= start &&
+            address < end)
+            return permissions[0] == 'r' && permissions[1] == 'w';
+    }
+    return 0;
+}
+
+/* Overflows a guarded block whose next slot is live too and whose guard page an opening of
+ * several slots at once made accessible: only the guard marker stops the write. */
+static int overflow_in_run(void)
+{
+    enum { BLOCKS = 40, PAGE = 4096 };
+    char *blocks[BLOCKS];
+    for (int i = 0; i < BLOCKS; i++)
+        blocks[i] = make_buffer(100);
+    for (int i = 0; i + 1 < BLOCKS; i++) {
+        uintptr_t guard = ((uintptr_t)blocks[i] | (PAGE - 1)) + 1;
+        if ((uintptr_t)blocks[i + 1] == (uintptr_t)blocks[i] + 2 * PAGE && page_open(guard)) {
+            for (int j = 0; j < 200; j++)
+                ((volatile char *)blocks[i])[j] = 1;
+            return 0;
+        }
+    }
+    fprintf(stderr, "overflow-in-run: no block before an opened guard page\n");
+    return 2;
+}
+
+/* Frees a guarded block while the run of slots just opened ahead of the guard's cursor holds
+ * it, then writes to it: the free must have closed its page all the same. Blocks are made and
+ * freed until one comes from a slot at most 8 before a kept block and the slot after the kept
+ * block is open. Two kept blocks two slots apart: a kept block where a run would start pushes
+ * the run past it, but then the other lies inside that run. */
+static int use_after_free_in_run(void)
+{
+    enum { PAGE = 4096 };
+    uintptr_t kept[2];
+    for (int k = 0; k < 2; k++) {
+        kept[k] = (uintptr_t)make_buffer(100);
+        release_buffer(make_buffer(100));
+    }
+    for (int i = 0; i < 1 << 20; i++) {
+        char *q = make_buffer(100);
+        release_buffer(q);
+        uintptr_t q_page = (uintptr_t)q & ~(uintptr_t)(PAGE - 1);
+        for (int k = 0; k < 2; k++) {
+            uintptr_t kept_page = kept[k] & ~(uintptr_t)(PAGE - 1);
+            if (q_page < kept_page && kept_page - q_page <= 8 * 2 * PAGE &&
+                page_open(kept_page + 2 * PAGE)) {
+                release_buffer((char *)kept[k]);
+                ((volatile char *)kept[k])[10] = 1;
+                return 0;
+            }
+        }
+    }
+    fprintf(stderr, "use-after-free-in-run: no kept block ever lay in an opened run\n");
+    return 2;
 }
 
 /* Writes the profile and prints the true live bytes for the test to compare. */
@@ -238,6 +323,18 @@ int main(int argc, char **argv)
         ((volatile char *)p)[10] = 1;
         return 0;
     }
+    if (strcmp(mode, "use-after-free-later") == 0) {
+        char *p = make_buffer(100);
+        release_buffer(p);
+        for (int i = 0; i < 150; i++)
+            release_buffer(make_buffer(100));
+        ((volatile char *)p)[10] = 1;
+        return 0;
+    }
+    if (strcmp(mode, "overflow-in-run") == 0)
+        return overflow_in_run();
+    if (strcmp(mode, "use-after-free-in-run") == 0)
+        return use_after_free_in_run();
     if (strcmp(mode, "double-free") == 0) { /* twice, so the second finds a stashed page */
         char *p = make_buffer(100);
         release_buffer(p);
@@ -286,7 +383,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "replace") == 0 && argc > 4)
         return replace((size_t)atol(argv[2]), (size_t)atol(argv[3]), argv[4]);
-    fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free | signal "
+    fprintf(stderr, "usage: prof_program estimate PATH | leak | overflow | use-after-free "
+                    "| use-after-free-later | overflow-in-run | use-after-free-in-run | signal "
                     "| double-free | fork | dlopen PLUGIN N | many N | mixed N | release N | errno | replace N K PATH\n");
     return 2;
 }
