@@ -387,7 +387,7 @@ extern void _IO_list_resetlock(void) __attribute__((weak));
  * multi-threaded only through cmalloc's own release thread (CMALLOC_BACKGROUND_RELEASE=1), or
  * through threads that cannot be waited for without this one waiting for itself. The child
  * then inherits the locks as they are, as a single-threaded process's child does
- * (tests/programs/fork_in_signal_release.c). */
+ * (tests/programs/fork_in_signal.c, its second run). */
 bool cm_os_fork(int phase)
 {
     if (phase == CM_FORK_PREPARE) {
