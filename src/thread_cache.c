@@ -316,8 +316,8 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
         release_objects(cache, size_class, list->length < batch ? list->length : batch);
         if (list->max_length < batch)
             set_max_length(cache, size_class, list->max_length + 1);
-        publish(cache, size_class);
     }
+    publish(cache, size_class); /* the fast paths' pushes since its last slow path too */
     if (over_budget(cache, cm_classes[size_class].size))
         scavenge(cache, cm_classes[size_class].size);
     if (list->length >= list->max_length) { /* the budget left this list no room */

@@ -152,6 +152,40 @@ static void exited_threads_give_their_cache_back(void **state)
     assert_true(after.bytes_metadata <= before.bytes_metadata + (64 << 10)); /* caches recycled */
 }
 
+/* Frees that do not come through the fast path with a full list (realloc's move frees the old
+ * block through the slow path) keep the budget too, counting what the fast paths pushed since
+ * the list's last slow path (one build counted only the block being freed, and a cache ended
+ * over its budget after 1,615 of these steps). */
+static void *realloc_churn_thread(void *arg)
+{
+    (void)arg;
+    unsigned seed = 7;
+    void *slots[256] = {0};
+    for (int i = 0; i < 20000; i++) {
+        int k = (int)(rand_r(&seed) % 256), op = (int)(rand_r(&seed) % 3);
+        size_t size = 16 + (size_t)(rand_r(&seed) % 8000);
+        if (op == 0) {
+            free(slots[k]);
+            slots[k] = malloc(size);
+        } else if (op == 1 && slots[k] != NULL) {
+            slots[k] = realloc(slots[k], size);
+            CHECK(slots[k] != NULL && cm_thread_cache_valid());
+        } else {
+            free(slots[k]);
+            slots[k] = NULL;
+        }
+    }
+    for (int k = 0; k < 256; k++)
+        free(slots[k]);
+    return NULL;
+}
+
+static void frees_through_the_slow_path_keep_the_budget(void **state)
+{
+    (void)state;
+    run_checked(realloc_churn_thread);
+}
+
 /* A free whose list is full makes room in the central cache, under its lock, before it marks
  * its object free: fork's prepare handler holds every lock, and a free it catches waiting must
  * leave the object allocated in the child. Here the main thread holds the central caches'
@@ -162,16 +196,24 @@ static _Atomic int worker_ready, worker_go, worker_done;
 static void *free_into_full_list(void *arg)
 {
     (void)arg;
-    unsigned c = cm_size_class(7000);
-    void *first = malloc(7000);
-    waiting_object = malloc(7000);
-    free(first); /* the list's max_length is 1 now, and it holds one object */
-    CHECK(cm_thread_cache_current->lists[c].length == cm_thread_cache_current->lists[c].max_length);
+    enum { COUNT = 64 };
+    void *blocks[COUNT];
+    for (int i = 0; i < COUNT; i++)
+        blocks[i] = malloc(7000);
+    cm_free_list *list = &cm_thread_cache_current->lists[cm_size_class(7000)]; /* created now */
+    int freed = 0; /* a recycled cache may have a list of any length: free until it is full */
+    while (freed < COUNT - 1 && (list->max_length == 0 || list->length < list->max_length))
+        free(blocks[freed++]);
+    waiting_object = blocks[COUNT - 1];
+    bool full = list->length == list->max_length && list->max_length > 0;
     atomic_store(&worker_ready, 1);
+    CHECK(full);
     while (!atomic_load(&worker_go))
         cm_os_yield();
     free(waiting_object); /* must flush first: waits for the central lock */
     atomic_store(&worker_done, 1);
+    while (freed < COUNT - 1)
+        free(blocks[freed++]);
     return NULL;
 }
 
@@ -204,6 +246,7 @@ int main(void)
         cmocka_unit_test(cache_stays_within_budget),
         cmocka_unit_test(cross_thread_frees_travel_in_batches),
         cmocka_unit_test(exited_threads_give_their_cache_back),
+        cmocka_unit_test(frees_through_the_slow_path_keep_the_budget),
         cmocka_unit_test(free_marks_its_object_after_taking_locks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
