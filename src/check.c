@@ -158,7 +158,7 @@ bool cm_check_free(void *p, const char *caller)
     for (;;) {
         check_header *evicted[8];
         size_t evicted_count = 0;
-        bool queued = false, twice = false;
+        bool twice = false;
         cm_lock_acquire(&quarantine_lock);
         while (evicted_count < 8 && quarantine_count > 0 &&
                (quarantine_count == CM_QUARANTINE_OBJECTS ||
@@ -168,7 +168,8 @@ bool cm_check_free(void *p, const char *caller)
             quarantine_count--;
             quarantine_bytes -= raw_size(evicted[evicted_count - 1]);
         }
-        if (evicted_count == 0) {
+        bool queued = evicted_count == 0;
+        if (queued) {
             twice = raw->state != state_word(ALLOCATED, raw); /* another thread's free won */
             if (!twice) {
                 raw->state = state_word(FREED, raw);
@@ -177,7 +178,6 @@ bool cm_check_free(void *p, const char *caller)
                 quarantine_count++;
                 quarantine_bytes += size;
             }
-            queued = true;
         }
         cm_lock_release(&quarantine_lock);
         for (size_t i = 0; i < evicted_count; i++)

@@ -250,13 +250,28 @@ bool cm_os_thread_alive(int tid)
     return alive;
 }
 
+/* ---- thread cancellation -------------------------------------------------------------------
+ * malloc and free are not cancellation points; a system call cmalloc makes on their behalf
+ * that is one (write, the profiler's unwinder reading a pipe, a dump's open and read) runs
+ * with cancellation off. */
+int cm_os_cancel_off(void)
+{
+    int previous = PTHREAD_CANCEL_ENABLE;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &previous);
+    return previous;
+}
+
+void cm_os_cancel_restore(int previous)
+{
+    pthread_setcancelstate(previous, NULL);
+}
+
 /* Not a cancellation point, unlike write(2): a thread with a pending cancel still gets its
  * report or malloc_stats out, as with glibc. True when every byte was written. */
 bool cm_os_write(int fd, const char *text, size_t length)
 {
     ERRNO_KEEP;
-    int cancel_state;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+    int cancel_state = cm_os_cancel_off();
     while (length > 0) {
         ssize_t written = write(fd, text, length);
         if (written <= 0) {
@@ -267,7 +282,7 @@ bool cm_os_write(int fd, const char *text, size_t length)
         text += written;
         length -= (size_t)written;
     }
-    pthread_setcancelstate(cancel_state, NULL);
+    cm_os_cancel_restore(cancel_state);
     ERRNO_RESTORE;
     return length == 0;
 }
@@ -300,21 +315,6 @@ bool cm_os_close(int fd)
     bool done = close(fd) == 0;
     ERRNO_RESTORE;
     return done;
-}
-
-/* ---- thread cancellation -------------------------------------------------------------------
- * malloc and free are not cancellation points; a system call cmalloc makes on their behalf
- * that is one (the profiler's unwinder reads a pipe) runs with cancellation off. */
-int cm_os_cancel_off(void)
-{
-    int previous = PTHREAD_CANCEL_ENABLE;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &previous);
-    return previous;
-}
-
-void cm_os_cancel_restore(int previous)
-{
-    pthread_setcancelstate(previous, NULL);
 }
 
 /* ---- locks ---------------------------------------------------------------------------------

@@ -742,8 +742,7 @@ CM_EXPORT int cmalloc_prof_dump(const char *path)
     }
     /* Not a cancellation point (open and read are, and prof_lock is held across them): a
      * thread cancelled in the middle would leave the lock held for good. */
-    int cancel_state, result = -1;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+    int cancel_state = cm_os_cancel_off(), result = -1;
     int fd = cm_os_open(path, true);
     if (fd >= 0) {
         thread_sampler.busy++;
@@ -754,7 +753,7 @@ CM_EXPORT int cmalloc_prof_dump(const char *path)
         if (result != 0)
             errno = EIO; /* the file is incomplete */
     }
-    pthread_setcancelstate(cancel_state, NULL);
+    cm_os_cancel_restore(cancel_state);
     return result;
 }
 

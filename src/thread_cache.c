@@ -2,8 +2,10 @@
  *
  * The fast paths (cm_alloc, cm_free in fastpath.h) pop and push the current thread's lists;
  * this file owns everything else: creating a thread's cache on its first slow path, filling an
- * empty list from the central cache, flushing a list that grew past max_length, keeping the
- * thread within its byte budget, and giving everything back when the thread exits.
+ * empty list from the central cache, flushing part of a full list before a free's push,
+ * keeping the thread within its byte budget, and giving everything back when the thread exits.
+ * A slow-path free takes every lock it needs before it marks its object (see
+ * cm_thread_cache_free_slow).
  *
  * Sizing: a list's max_length starts at 0 (a class the thread never used costs nothing) and
  * grows by one per miss up to the class's batch, then by a batch per miss up to list_cap()
