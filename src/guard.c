@@ -30,7 +30,9 @@
  * of them a run trims the end of a long closed time.
  * Invariants: a slot's open flag says whether its data page is accessible: always for a live
  * slot; for a freed or never-used slot only once a run opened it ahead of the cursor. A free
- * closes the page before the slot can be handed out again.
+ * closes the page before the slot can be handed out again, and the slot is not handed out
+ * while its freeing flag is set (from the free's marking to just after its unlock; a child
+ * forked in between revives the slot, cm_guard_fork).
  *
  * Faults: a SIGSEGV handler installed at init looks the faulting address up. Inside the pool it
  * prints (write(2), dladdr; nothing allocates) the address, overflow or use after free, the
@@ -65,7 +67,8 @@ typedef struct guard_slot {
     uint32_t size;        /* bytes requested (live or freed) */
     uint32_t alloc_stack; /* prof.c stack ids, 0: none */
     uint32_t free_stack;
-    bool open; /* its data page is accessible */
+    bool open;    /* its data page is accessible */
+    bool freeing; /* FREED by a free that has not returned yet (__atomic builtins) */
 } guard_slot;
 
 static cm_lock guard_lock = CM_LOCK_INIT;
@@ -75,6 +78,7 @@ static guard_slot *slots;
 static uint32_t slot_count, live_count, cursor; /* cursor: the next slot to look at */
 static uint32_t open_run = 1;                   /* slots per opening: OPEN_RUN with markers */
 static uint64_t openings;                       /* mprotect calls that opened slots */
+static uint32_t freeing_count; /* slots with freeing set (__atomic builtins) */
 static struct sigaction previous_action;
 static volatile sig_atomic_t fault_reported;
 
@@ -118,9 +122,15 @@ void *cm_guard_alloc(size_t size, uint32_t stack)
         return NULL;
     void *p = NULL;
     cm_lock_acquire(&guard_lock);
-    if (live_count < slot_count) { /* else every slot is live: served normally */
-        while (slots[cursor].state == SLOT_LIVE)
-            cursor = cursor + 1 < slot_count ? cursor + 1 : 0;
+    /* Slots still being freed are skipped like live ones, so the look is bounded. */
+    uint32_t looked = 0;
+    for (; looked < slot_count && live_count < slot_count; looked++) {
+        if (slots[cursor].state != SLOT_LIVE &&
+            !__atomic_load_n(&slots[cursor].freeing, __ATOMIC_ACQUIRE))
+            break;
+        cursor = cursor + 1 < slot_count ? cursor + 1 : 0;
+    }
+    if (looked < slot_count && live_count < slot_count) { /* else served normally */
         uint32_t slot = cursor;
         /* A reused page keeps the old block's bytes, as any malloc'ed memory may (calloc
          * clears). When the kernel refuses to open it, the allocation is served normally. */
@@ -175,7 +185,16 @@ void cm_guard_free(void *p, const char *caller, uint32_t stack)
     slots[slot].state = SLOT_FREED;
     slots[slot].free_stack = stack;
     live_count--;
+    /* Freed for good only once the lock is released: a fork whose prepare handler waited on
+     * it may run before this thread returns, and its child, where the program (glibc's TLS
+     * tables, say) still holds p, gets the block back live (cm_guard_fork). */
+    slots[slot].freeing = true;
+    __atomic_add_fetch(&freeing_count, 1, __ATOMIC_RELAXED);
     cm_lock_release(&guard_lock);
+    /* An exchange: a child forked from a signal handler that interrupted this thread here
+     * has revived the slot already, and the free resumed there must not count it again. */
+    if (__atomic_exchange_n(&slots[slot].freeing, false, __ATOMIC_RELEASE))
+        __atomic_sub_fetch(&freeing_count, 1, __ATOMIC_RELAXED);
 }
 
 /* The usable size of a live guarded block (its rounded size: all of it is before the guard);
@@ -339,7 +358,25 @@ bool cm_guard_init(cm_stack_printer print_stack)
     return true;
 }
 
+/* In the child, a slot whose free had not returned at the fork is the program's again: the
+ * free never happened there (the thread that made it is gone). */
+static void revive_unfinished_frees(void)
+{
+    for (uint32_t slot = 0; freeing_count > 0 && slot < slot_count; slot++) {
+        if (!slots[slot].freeing)
+            continue;
+        slots[slot].freeing = false;
+        slots[slot].state = SLOT_LIVE;
+        slots[slot].free_stack = 0;
+        slots[slot].open = cm_os_protect(slot_page(slot), PAGE, true);
+        live_count++;
+        freeing_count--;
+    }
+}
+
 void cm_guard_fork(int phase)
 {
     cm_lock_fork(&guard_lock, phase);
+    if (phase == CM_FORK_CHILD && slots != NULL)
+        revive_unfinished_frees();
 }

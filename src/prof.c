@@ -26,7 +26,9 @@
  * Freed one-page samples wait in a stash of PAGE_STASH pages for the next samples instead of
  * going back to the page heap: a sample then costs neither the heap lock nor a cold page
  * (window-mixed samples about 120,000 times a second). Freeing a stashed page again is
- * reported as a double free.
+ * reported as a double free. A page enters the stash marked STASH_UNFINISHED, unmarked once its
+ * free has released prof_lock: a child forked while the free had not returned drops it again
+ * (the program there still holds the block; see cm_prof_fork).
  * It weighs 1 / (1 - e^(-charge/rate)) allocations, the inverse of its chance to be sampled, so
  * sums over the samples estimate the real heap.
  *
@@ -107,8 +109,12 @@ static cm_lock prof_lock = CM_LOCK_INIT;
 static stack_entry *stacks; /* STACK_SLOTS entries */
 static sample *samples;     /* SAMPLE_SLOTS entries */
 static size_t stack_count, sample_count, samples_dropped, table_bytes;
-static void *page_stash[PAGE_STASH]; /* freed one-page samples, still LARGE spans */
+/* Freed one-page samples, still LARGE spans: page addresses, STASH_UNFINISHED set while the
+ * free that stashed it has not released prof_lock (__atomic builtins: the unmarking is not
+ * under it). */
+static uintptr_t page_stash[PAGE_STASH];
 static unsigned stashed;
+#define STASH_UNFINISHED ((uintptr_t)1)
 uint32_t cm_sample_charge[CM_CLASSES_MAX];
 static double prof_mean;  /* the mean distance between profile sample points, in bytes */
 static double guard_mean; /* the same for guard points: GUARD_UNIT / -ln(1 - 1/GUARD_RATE) */
@@ -398,10 +404,15 @@ static bool is_one_page_span(uintptr_t address)
            (uintptr_t)cm_span_start(span) == address;
 }
 
+static uintptr_t stash_page_locked(unsigned i)
+{
+    return __atomic_load_n(&page_stash[i], __ATOMIC_RELAXED) & ~STASH_UNFINISHED;
+}
+
 static bool is_stashed_locked(uintptr_t address)
 {
     for (unsigned i = 0; i < stashed; i++)
-        if ((uintptr_t)page_stash[i] == address)
+        if (stash_page_locked(i) == address)
             return true;
     return false;
 }
@@ -425,6 +436,7 @@ static bool forget_sample(uintptr_t address, bool own_pages, const char *caller)
     if (!may_be_sampled((const void *)address))
         return false;
     bool done = false;
+    unsigned stash_index = 0;
     cm_lock_acquire(&prof_lock);
     size_t hole = find_sample_locked(address);
     if (hole == SAMPLE_SLOTS && own_pages && is_stashed_locked(address)) {
@@ -434,7 +446,9 @@ static bool forget_sample(uintptr_t address, bool own_pages, const char *caller)
     }
     if (hole != SAMPLE_SLOTS) {
         if (own_pages && stashed < PAGE_STASH && is_one_page_span(address)) {
-            page_stash[stashed] = (void *)address;
+            stash_index = stashed;
+            __atomic_store_n(&page_stash[stash_index], address | STASH_UNFINISHED,
+                             __ATOMIC_RELAXED);
             __atomic_store_n(&stashed, stashed + 1, __ATOMIC_RELAXED);
             done = true;
         }
@@ -452,6 +466,12 @@ static bool forget_sample(uintptr_t address, bool own_pages, const char *caller)
         }
     }
     cm_lock_release(&prof_lock);
+    /* The entry may have been taken meanwhile (by an allocation, a release): then the
+     * exchange fails, as it should. */
+    uintptr_t unfinished = address | STASH_UNFINISHED;
+    if (done)
+        __atomic_compare_exchange_n(&page_stash[stash_index], &unfinished, address, false,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return done;
 }
 
@@ -525,7 +545,7 @@ static void *alloc_own_pages(size_t size)
         cm_lock_acquire(&prof_lock);
         void *page = NULL;
         if (stashed > 0) { /* written under the lock, read without it by may_be_sampled */
-            page = page_stash[stashed - 1];
+            page = (void *)stash_page_locked(stashed - 1);
             __atomic_store_n(&stashed, stashed - 1, __ATOMIC_RELAXED);
         }
         cm_lock_release(&prof_lock);
@@ -879,7 +899,8 @@ void cm_prof_release_stash(void)
     void *pages[PAGE_STASH];
     cm_lock_acquire(&prof_lock);
     unsigned count = stashed;
-    memcpy(pages, page_stash, count * sizeof pages[0]);
+    for (unsigned i = 0; i < count; i++)
+        pages[i] = (void *)stash_page_locked(i);
     __atomic_store_n(&stashed, 0, __ATOMIC_RELAXED);
     cm_lock_release(&prof_lock);
     for (unsigned i = 0; i < count; i++)
@@ -995,6 +1016,18 @@ void cm_prof_load_unwinder(void)
     thread_sampler.busy--;
 }
 
+/* In the child: a page stashed by a free that had not returned at the fork is the program's
+ * block there (the thread that freed it is gone, the free never happened), a live LARGE span
+ * its free will give back. */
+static void drop_unfinished_stash(void)
+{
+    unsigned kept = 0;
+    for (unsigned i = 0; i < stashed; i++)
+        if (!(page_stash[i] & STASH_UNFINISHED))
+            page_stash[kept++] = page_stash[i];
+    stashed = kept;
+}
+
 void cm_prof_fork(int phase)
 {
     /* libunwind guards its shared caches with a lock of its own, which another thread of the
@@ -1003,6 +1036,8 @@ void cm_prof_fork(int phase)
     if (phase == CM_FORK_CHILD)
         fast_backtrace = NULL;
     cm_lock_fork(&prof_lock, phase);
+    if (phase == CM_FORK_CHILD)
+        drop_unfinished_stash();
     cm_guard_fork(phase);
 }
 

@@ -8,9 +8,7 @@
 #
 #   sh tests/test_user_programs.sh [NAME...]     (from the top directory; make test runs it)
 #   sh tests/test_user_programs.sh --build-reproducers   (builds the programs of open bugs, not run)
-# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget;
-# USER_PROGRAM_SKIP names programs to skip (reported as SKIP), for a caller that runs the set
-# with options under which a program meets an open bug (test_prof.sh).
+# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget.
 set -u
 
 top=$(pwd)
@@ -66,9 +64,6 @@ fi
 failures=0
 run() { # run NAME: once plain, then REPEAT times under cmalloc
     name=$1
-    case " ${USER_PROGRAM_SKIP:-} " in *" $name "*)
-        echo "-- $name: SKIP (USER_PROGRAM_SKIP)"; return ;;
-    esac
     [ -x "$out/$name" ] || { echo "-- $name: SKIP (not built)"; return; }
     printf -- "-- %s:" "$name"
     if ! (unset LD_PRELOAD; timeout -s KILL "$limit" "$out/$name") >"$out/$name.log" 2>&1; then

@@ -12,6 +12,10 @@
  * free returned and before glibc clears the table lets a child free the block again with any
  * allocator (glibc's own malloc then frees it twice silently); cmalloc's report of it was seen
  * once in about 17,000 forks here. So a run allows one failed child and fails on two or more.
+ * The window is wider where a thread has two dlopen'd TLS blocks (glibc frees them in one loop
+ * and clears the table after it: the first is freed while the second's free waits for a lock
+ * the fork holds): with CMALLOC_PROF=1, libunwind's is the second, and with every block guarded
+ * as well (CMALLOC_GUARD_RATE=1, whose frees take locks) 3 of 30 runs had one failed child.
  * The test runs twice: as started, then re-executed with CMALLOC_CHECK=1, whose free takes
  * the debug quarantine's lock. Exit 0 when each run had at most one failed child; 1 otherwise
  * (prints how many failed). The module is argv[1], by default libtls_module.so in the
