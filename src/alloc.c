@@ -92,24 +92,26 @@ static bool reclaim_for_retry(void)
     return cm_page_heap_unmap_free() > 0;
 }
 
-static cm_span *large_span(size_t size, size_t alignment)
+/* growable: a block realloc moved, placed where as many free pages follow it as it has. */
+static cm_span *large_span(size_t size, size_t alignment, bool growable)
 {
     size_t pages = size ? (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT : 1; /* aligned size 0 */
-    return size > mmap_threshold()
-               ? map_span(pages, alignment)
-               : cm_page_heap_alloc(pages,
-                                    alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
+    if (size > mmap_threshold())
+        return map_span(pages, alignment);
+    return growable ? cm_page_heap_alloc_with_room(pages, pages)
+                    : cm_page_heap_alloc(
+                          pages, alignment > CM_PAGE_SIZE ? alignment >> CM_PAGE_SHIFT : 1, 0);
 }
 
 /* A LARGE or MAPPED allocation of at least size bytes, aligned to alignment (a power of two
- * >= CM_PAGE_SIZE). */
-static void *alloc_large(size_t size, size_t alignment)
+ * >= CM_PAGE_SIZE; CM_PAGE_SIZE when growable). */
+static void *alloc_large(size_t size, size_t alignment, bool growable)
 {
     if (size > CM_REQUEST_MAX || alignment > CM_REQUEST_MAX) /* no mapping, no reclaim: fail now */
         return cm_out_of_memory();
-    cm_span *span = large_span(size, alignment);
+    cm_span *span = large_span(size, alignment, growable);
     if (span == NULL && reclaim_for_retry())
-        span = large_span(size, alignment);
+        span = large_span(size, alignment, growable);
     return span ? cm_span_start(span) : cm_out_of_memory();
 }
 
@@ -124,7 +126,16 @@ static void *alloc_class(unsigned size_class)
 /* An allocation without the debug mode's header or the sampler, for api.c, check.c, prof.c. */
 void *cm_alloc_unchecked(size_t size)
 {
-    return size > CM_MAX_SMALL ? alloc_large(size, CM_PAGE_SIZE) : alloc_class(cm_size_class(size));
+    return size > CM_MAX_SMALL ? alloc_large(size, CM_PAGE_SIZE, false) : alloc_class(cm_size_class(size));
+}
+
+/* realloc's new block when the old one must move (api.c): from CM_REALLOC_PAGES_MIN up, whole
+ * pages with free pages after them, that a later realloc can grow in place
+ * (cm_realloc_in_place). */
+void *cm_alloc_for_realloc(size_t size)
+{
+    return size >= CM_REALLOC_PAGES_MIN ? alloc_large(size, CM_PAGE_SIZE, true)
+                                        : alloc_class(cm_size_class(size));
 }
 
 /* An aligned allocation without the debug mode or the sampler (api.c's cm_alloc_aligned
@@ -140,7 +151,7 @@ void *cm_alloc_aligned_unchecked(size_t alignment, size_t size)
                 return alloc_class(c);
         }
     }
-    return alloc_large(size, alignment);
+    return alloc_large(size, alignment, false);
 }
 
 /* ---- free ---------------------------------------------------------------------------------- */
@@ -297,7 +308,12 @@ void *cm_realloc_in_place(void *p, size_t size, size_t *old_size)
     }
     if (size <= old && size >= old / 2)
         return p;
-    if (span->state == CM_SPAN_LARGE && size > CM_MAX_SMALL && size <= mmap_threshold() &&
+    /* A LARGE block grows in place past the threshold too (a fresh block that size would be
+     * mapped): the same free pages, without the copy into a mapping (up to the highest
+     * threshold, so that frees keep their bound on what the heap holds). */
+    if (span->state == CM_SPAN_LARGE && size >= CM_REALLOC_PAGES_MIN &&
+        size <= (mmap_threshold() > cm_option.mmap_threshold_max ? mmap_threshold()
+                                                                  : cm_option.mmap_threshold_max) &&
         cm_page_heap_resize(span, (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT))
         return p;
     *old_size = old;

@@ -83,10 +83,11 @@ void *cm_calloc(size_t count, size_t size)
     return p;
 }
 
-/* realloc's move: a new block, the contents, and the old block freed by release. */
-static void *move_block(void *p, size_t old, size_t size, void (*release)(void *, const char *))
+/* realloc's move to q, the new block (NULL: out of memory, p kept): the contents, and the old
+ * block freed by release. */
+static void *move_block(void *q, void *p, size_t old, size_t size,
+                        void (*release)(void *, const char *))
 {
-    void *q = cm_alloc(size);
     if (q != NULL) {
         memcpy(q, p, size < old ? size : old);
         release(p, "realloc");
@@ -97,7 +98,9 @@ static void *move_block(void *p, size_t old, size_t size, void (*release)(void *
 /* realloc(p, 0) frees p and returns NULL, as glibc does. A sampled or guarded block moves
  * through the sampler, and in the debug mode every block that does not shrink moves (so stale
  * pointers hit the quarantine): their old blocks are freed through cm_free_slow, where those
- * modes see them; an ordinary block's straight through alloc.c. */
+ * modes see them; an ordinary block's straight through alloc.c, which gives a block moved to a
+ * large size whole pages, to grow in place next time (while sampling, which charges every
+ * allocation, it comes from cm_alloc). */
 void *cm_realloc(void *p, size_t size)
 {
     if (p == NULL)
@@ -108,11 +111,14 @@ void *cm_realloc(void *p, size_t size)
     }
     size_t old;
     if (CM_UNLIKELY(cm_sampling) && cm_sample_realloc_moves(p, &old))
-        return move_block(p, old, size, cm_free_slow);
+        return move_block(cm_alloc(size), p, old, size, cm_free_slow);
     if (CM_UNLIKELY(cm_option.check))
-        return cm_check_shrink(p, size) ? p : move_block(p, cm_usable_size(p), size, cm_free_slow);
+        return cm_check_shrink(p, size)
+                   ? p
+                   : move_block(cm_alloc(size), p, cm_usable_size(p), size, cm_free_slow);
     void *resized = cm_realloc_in_place(p, size, &old);
     if (resized != NULL || old == 0)
         return resized;
-    return move_block(p, old, size, cm_free_unchecked);
+    void *q = CM_UNLIKELY(cm_sampling) ? cm_alloc(size) : cm_alloc_for_realloc(size);
+    return move_block(q, p, old, size, cm_free_unchecked);
 }

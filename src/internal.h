@@ -203,6 +203,7 @@ static inline void *cm_span_start(const cm_span *span)
 cm_span *cm_span_new(void);
 void cm_span_delete(cm_span *span);
 cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_class);
+cm_span *cm_page_heap_alloc_with_room(size_t pages, size_t room);
 void cm_page_heap_free(cm_span *span);
 void cm_page_heap_free_released(cm_span *span);
 bool cm_page_heap_resize(cm_span *span, size_t pages);
@@ -239,6 +240,7 @@ void cm_thread_cache_fork_owner(void);
 
 /* alloc.c: the allocator beneath the modes (routing, large and mapped spans, bad pointers) */
 void *cm_alloc_unchecked(size_t size);
+void *cm_alloc_for_realloc(size_t size);
 void *cm_alloc_aligned_unchecked(size_t alignment, size_t size);
 void cm_free_unchecked(void *p, const char *caller);
 size_t cm_usable_size_unchecked(const void *p);

@@ -259,14 +259,16 @@ static bool trim_locked(cm_span *span, size_t offset, size_t pages)
     return true;
 }
 
-/* A span of pages pages whose first page is a multiple of align_pages (a power of two), or
- * NULL when memory is exhausted. size_class 0 makes a LARGE span (first and last pages mapped);
- * otherwise a SMALL span of that class, every page mapped, so objects anywhere in it resolve. */
-cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_class)
+/* cm_page_heap_alloc with room: the span is cut from the start of a free span with at least
+ * room more pages, the heap grown for them where it has none (address space only: the room is
+ * not touched); failing that, as without room. */
+static cm_span *allocate(size_t pages, size_t align_pages, unsigned size_class, size_t room)
 {
     size_t want = pages + align_pages - 1;
     cm_lock_acquire(&heap_lock);
-    cm_span *span = find_locked(want);
+    cm_span *span = room ? find_locked(want + room) : NULL;
+    if (span == NULL)
+        span = find_locked(want);
     if (span == NULL && grow_locked(want))
         span = find_locked(want);
     if (span != NULL) {
@@ -293,6 +295,21 @@ cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_clas
     maybe_release_locked();
     cm_lock_release(&heap_lock);
     return span;
+}
+
+/* A span of pages pages whose first page is a multiple of align_pages (a power of two), or
+ * NULL when memory is exhausted. size_class 0 makes a LARGE span (first and last pages mapped);
+ * otherwise a SMALL span of that class, every page mapped, so objects anywhere in it resolve. */
+cm_span *cm_page_heap_alloc(size_t pages, size_t align_pages, unsigned size_class)
+{
+    return allocate(pages, align_pages, size_class, 0);
+}
+
+/* A LARGE span of pages pages followed, where the heap has them, by at least room free pages:
+ * for a block realloc moved, so that the next realloc can grow it in place (resize below). */
+cm_span *cm_page_heap_alloc_with_room(size_t pages, size_t room)
+{
+    return allocate(pages, 1, 0, room);
 }
 
 /* Resizes a LARGE span where it lies, for realloc: shrinking gives the tail back; growing
