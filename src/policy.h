@@ -34,6 +34,11 @@
  * alloc-window-mixed,alloc-window-powerlaw,python,sqlite,xmalloc,churn). */
 #define CM_SPAN_OBJECTS_MIN      4
 #define CM_SPAN_WASTE_DIVISOR    8
+/* Classes from this size get spans of one object: a span of several pins the pages of every
+ * object in it that was ever used while one is, and a thread cache holding one object of each
+ * of a dozen such classes pinned a dozen spans of 100-425 KiB (CPython, bench/real_python.py:
+ * peak RSS 36.7 -> 35.5 MB; 64 KiB malloc/free loops at 1-2 threads unchanged). */
+#define CM_SPAN_ONE_OBJECT_SIZE  ((size_t)32 << 10)
 /* Classes up to CM_SPAN_TIGHT_SIZE take up to CM_SPAN_TIGHT_PAGES pages for a tail of at most
  * 1/CM_SPAN_TIGHT_DIVISOR: a page holds few of them, so one page can waste 6-12%. With the
  * 1040-byte class (size_class.c), sqlite3's peak RSS 31.0 -> 29.9 MB (`/usr/bin/time -f %M

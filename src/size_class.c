@@ -39,7 +39,9 @@ static size_t clamp(size_t value, size_t low, size_t high)
 
 static uint32_t pages_for(size_t size)
 {
-    size_t want = clamp(CM_SPAN_OBJECTS_MIN * size, size, CM_MAX_SMALL);
+    size_t want = size >= CM_SPAN_ONE_OBJECT_SIZE
+                      ? size
+                      : clamp(CM_SPAN_OBJECTS_MIN * size, size, CM_MAX_SMALL);
     size_t pages = (want + CM_PAGE_SIZE - 1) / CM_PAGE_SIZE;
     while ((pages * CM_PAGE_SIZE) % size > pages * CM_PAGE_SIZE / CM_SPAN_WASTE_DIVISOR)
         pages++;
