@@ -1,8 +1,8 @@
 /* test_thread_cache.c - the front end: slow start (a list's max_length starts at 0 and grows
  * one per miss up to the batch), the budget (the bytes counted at slow paths within a budget of
  * at most CMALLOC_THREAD_CACHE_MAX, what the lists may hold within four), cross-thread frees
- * travelling as whole batches, caches given back at thread exit, and a free that waits on a
- * lock not marking its object before it has it. */
+ * travelling as whole batches, caches given back at thread exit, a free that waits on a lock
+ * not marking its object before it has it, and lists left unused giving their objects back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -238,6 +238,52 @@ static void free_marks_its_object_after_taking_locks(void **state)
     assert_true(cm_object_is_free(waiting_object));
 }
 
+/* A list no path touched for a release delay gives its objects back, looked at from the
+ * allocation misses of other lists; with release off (-1) it keeps them. The worker frees 16
+ * blocks of 7000 bytes, then for 150 ms only allocates 48-byte blocks, missing every round. */
+static void *idle_thread(void *arg)
+{
+    bool release_on = arg != NULL;
+    unsigned c = cm_size_class(7000);
+    void *blocks[16], *smalls[12 * 40];
+    for (int i = 0; i < 16; i++)
+        blocks[i] = malloc(7000);
+    for (int i = 0; i < 16; i++)
+        free(blocks[i]);
+    cm_free_list *list = &cm_thread_cache_current->lists[c];
+    uint32_t kept = list->length;
+    CHECK(kept > 0);
+    for (int round = 0; round < 12; round++) {
+        cm_os_sleep_ms(12);
+        for (int i = 0; i < 40; i++) /* more than a batch, none freed: a miss each round */
+            smalls[round * 40 + i] = malloc(48);
+    }
+    bool released = list->length == 0 && list->max_length == 0;
+    for (int i = 0; i < 12 * 40; i++)
+        free(smalls[i]);
+    CHECK(released == release_on);
+    CHECK(release_on || list->length == kept);
+    CHECK(cm_thread_cache_valid());
+    return NULL;
+}
+
+static void idle_lists_give_their_objects_back(void **state)
+{
+    (void)state;
+    int64_t delay = cm_option.release_delay_ms;
+    for (int on = 1; on >= 0; on--) {
+        cm_option.release_delay_ms = on ? 20 : -1;
+        pthread_t thread;
+        void *failure = NULL;
+        assert_int_equal(pthread_create(&thread, NULL, idle_thread, on ? &thread : NULL), 0);
+        pthread_join(thread, &failure);
+        if (failure)
+            fail_msg("worker check failed (release %s): %s", on ? "on" : "off",
+                     (const char *)failure);
+    }
+    cm_option.release_delay_ms = delay;
+}
+
 int main(void)
 {
     cm_init();
@@ -248,6 +294,7 @@ int main(void)
         cmocka_unit_test(exited_threads_give_their_cache_back),
         cmocka_unit_test(frees_through_the_slow_path_keep_the_budget),
         cmocka_unit_test(free_marks_its_object_after_taking_locks),
+        cmocka_unit_test(idle_lists_give_their_objects_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
