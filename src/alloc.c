@@ -126,7 +126,8 @@ static void *alloc_class(unsigned size_class)
 /* An allocation without the debug mode's header or the sampler, for api.c, check.c, prof.c. */
 void *cm_alloc_unchecked(size_t size)
 {
-    return size > CM_MAX_SMALL ? alloc_large(size, CM_PAGE_SIZE, false) : alloc_class(cm_size_class(size));
+    return size > CM_MAX_SMALL ? alloc_large(size, CM_PAGE_SIZE, false)
+                               : alloc_class(cm_size_class(size));
 }
 
 /* realloc's new block when the old one must move (api.c): from CM_REALLOC_PAGES_MIN up, whole
@@ -311,9 +312,10 @@ void *cm_realloc_in_place(void *p, size_t size, size_t *old_size)
     /* A LARGE block grows in place past the threshold too (a fresh block that size would be
      * mapped): the same free pages, without the copy into a mapping (up to the highest
      * threshold, so that frees keep their bound on what the heap holds). */
-    if (span->state == CM_SPAN_LARGE && size >= CM_REALLOC_PAGES_MIN &&
-        size <= (mmap_threshold() > cm_option.mmap_threshold_max ? mmap_threshold()
-                                                                  : cm_option.mmap_threshold_max) &&
+    size_t grow_limit = mmap_threshold() > cm_option.mmap_threshold_max
+                            ? mmap_threshold()
+                            : cm_option.mmap_threshold_max;
+    if (span->state == CM_SPAN_LARGE && size >= CM_REALLOC_PAGES_MIN && size <= grow_limit &&
         cm_page_heap_resize(span, (size + CM_PAGE_SIZE - 1) >> CM_PAGE_SHIFT))
         return p;
     *old_size = old;

@@ -78,7 +78,7 @@ static guard_slot *slots;
 static uint32_t slot_count, live_count, cursor; /* cursor: the next slot to look at */
 static uint32_t open_run = 1;                   /* slots per opening: OPEN_RUN with markers */
 static uint64_t openings;                       /* mprotect calls that opened slots */
-static uint32_t freeing_count; /* slots with freeing set (__atomic builtins) */
+static uint32_t freeing_count;                  /* slots with freeing set (__atomic builtins) */
 static struct sigaction previous_action;
 static volatile sig_atomic_t fault_reported;
 

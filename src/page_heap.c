@@ -260,8 +260,7 @@ static bool trim_locked(cm_span *span, size_t offset, size_t pages)
 }
 
 /* cm_page_heap_alloc with room: the span is cut from the start of a free span with at least
- * room more pages, the heap grown for them where it has none (address space only: the room is
- * not touched); failing that, as without room. */
+ * room more pages where the heap has one (it is not grown for them); else as without room. */
 static cm_span *allocate(size_t pages, size_t align_pages, unsigned size_class, size_t room)
 {
     size_t want = pages + align_pages - 1;

@@ -100,8 +100,8 @@ typedef struct cm_thread_cache {
     struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
     struct cm_thread_cache *prev;
     uint32_t published_length[CM_CLASSES_MAX]; /* each list's length in published_size */
-    uint64_t idle_check_ms;         /* when the slow paths next look for idle lists */
-    void *idle_head[CM_CLASSES_MAX]; /* each list's head at the last look */
+    uint64_t idle_check_ms;                    /* when the slow paths next look for idle lists */
+    void *idle_head[CM_CLASSES_MAX];           /* each list's head at the last look */
 } cm_thread_cache;
 
 #endif /* CM_TYPES_H */
