@@ -320,6 +320,10 @@ static void resize_fails_when_the_neighbour_is_taken_or_too_small(void **state)
 int main(void)
 {
     cm_init();
+    /* The tests count free and released pages: a CMALLOC_RELEASE_DELAY_MS in the environment
+     * (0 releases at once, -1 never) would change what they count, so they run with the
+     * default whatever it says. */
+    cm_option.release_delay_ms = CM_DEFAULT_RELEASE_DELAY_MS;
     seed = seed_from_env("test_page_heap");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_and_coalesce),

@@ -191,7 +191,7 @@ static void frees_through_the_slow_path_keep_the_budget(void **state)
  * leave the object allocated in the child. Here the main thread holds the central caches'
  * locks as that handler does while a worker frees into a full list. */
 static void *waiting_object;
-static _Atomic int worker_ready, worker_go, worker_done;
+static _Atomic int worker_ready, worker_go, worker_done, main_checked;
 
 static void *free_into_full_list(void *arg)
 {
@@ -212,6 +212,10 @@ static void *free_into_full_list(void *arg)
         cm_os_yield();
     free(waiting_object); /* must flush first: waits for the central lock */
     atomic_store(&worker_done, 1);
+    /* The object stays in this thread's list until main has looked: once the thread exits its
+     * span may go back to the OS (at once with CMALLOC_RELEASE_DELAY_MS=0) and read as zero. */
+    while (!atomic_load(&main_checked))
+        cm_os_yield();
     while (freed < COUNT - 1)
         free(blocks[freed++]);
     return NULL;
@@ -230,12 +234,16 @@ static void free_marks_its_object_after_taking_locks(void **state)
     cm_os_sleep_ms(100);
     bool done_early = atomic_load(&worker_done), marked_early = cm_object_is_free(waiting_object);
     cm_central_fork(CM_FORK_PARENT);
+    while (!atomic_load(&worker_done))
+        cm_os_yield();
+    bool marked = cm_object_is_free(waiting_object);
+    atomic_store(&main_checked, 1);
     pthread_join(thread, &failure);
     if (failure)
         fail_msg("worker check failed: %s", (const char *)failure);
     assert_false(done_early);   /* it waited for the lock */
     assert_false(marked_early); /* without marking its object */
-    assert_true(cm_object_is_free(waiting_object));
+    assert_true(marked);
 }
 
 /* A list no path touched for a release delay gives its objects back, looked at from the
