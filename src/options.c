@@ -49,7 +49,8 @@ static const option_entry options[] = {
     {"THREAD_CACHE_TOTAL", &cm_option.thread_cache_total, OPTION_SIZE,
      CM_DEFAULT_THREAD_CACHE_TOTAL, .doc = "most bytes all thread caches together may hold"},
     {"RELEASE_DELAY_MS", &cm_option.release_delay_ms, OPTION_SIGNED, CM_DEFAULT_RELEASE_DELAY_MS,
-     .doc = "free pages idle this long are returned to the OS (0: at once, -1: never)"},
+     .doc = "free pages idle this long are returned to the OS, and a thread's cache gives back "
+            "lists it left unused this long (0: at once, -1: never)"},
     {"BACKGROUND_RELEASE", &cm_option.background_release, OPTION_BOOL, 0,
      .doc = "1: a helper thread, started when the library loads, returns idle pages even when the "
             "program makes no calls; 0: allocator calls do it (no thread is ever started)"},
