@@ -720,8 +720,14 @@ static void test_realloc_grows_in_place(void **state)
         p = q;
         size = grown;
     }
-    CHECK(moves <= 10, "a buffer grown by an eighth at a time moved %zu times in %zu steps", moves,
-          steps);
+    /* The debug mode (CMALLOC_CHECK=1) moves every block that grows, by design: stale pointers
+     * then hit its quarantine. */
+    const char *check = getenv("CMALLOC_CHECK");
+    if (check != NULL && atoi(check) != 0)
+        CHECK(moves == steps, "debug mode: %zu of %zu growing reallocs moved", moves, steps);
+    else
+        CHECK(moves <= 10, "a buffer grown by an eighth at a time moved %zu times in %zu steps",
+              moves, steps);
     free(p);
     for (size_t i = 0; i < steps; i++)
         free(small[i]);
