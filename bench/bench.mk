@@ -16,6 +16,11 @@ build/bench:
 build/bench/%: bench/%.c bench/bench_util.h | build/bench
 	$(CC) $(CFLAGS) $(WARN) $(BENCH_CFLAGS) $< -o $@ -lpthread -lm
 
+# A measuring tool preloaded in front of an allocator, not a workload: counts reallocs that move.
+BENCH_BINS += build/bench/realloc_moves.so
+build/bench/realloc_moves.so: bench/realloc_moves.c | build/bench
+	$(CC) $(CFLAGS) $(WARN) $(BENCH_CFLAGS) -shared -fPIC $< -o $@ -ldl
+
 # The quick matrix, then its table. BENCH_BINS is expanded when the recipe runs, so binaries
 # that other fragments (read after this one) add are built too; a failure there only drops
 # that workload from the matrix, the script says so.

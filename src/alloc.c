@@ -9,7 +9,10 @@
  *                                 reused when freed, returned to the OS by age)
  *   size > threshold              a MAPPED span: its own mmap, munmap on free, mremap on realloc
  * (threshold = CMALLOC_MMAP_THRESHOLD, raised by frees of mapped blocks up to
- * CMALLOC_MMAP_THRESHOLD_MAX). Holds no lock of its own; the live MAPPED counters are atomics.
+ * CMALLOC_MMAP_THRESHOLD_MAX). A block realloc moves to CM_REALLOC_PAGES_MIN (32 KiB) or more
+ * is a LARGE span whatever its size, with free pages after it where the heap has them, and a
+ * LARGE span grows in place up to the threshold's maximum (cm_realloc_in_place).
+ * Holds no lock of its own; the live MAPPED counters are atomics.
  */
 #define _GNU_SOURCE
 #include "internal.h"

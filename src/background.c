@@ -17,7 +17,7 @@ static void *release_thread(void *unused)
     for (;;) {
         uint64_t delay = (uint64_t)cm_option.release_delay_ms;
         cm_os_sleep_ms(delay / 2 > CM_RELEASE_CHECK_MIN_MS ? delay / 2 : CM_RELEASE_CHECK_MIN_MS);
-        cm_central_tick();
+        cm_central_tick(cm_os_now_ms());
         cm_page_heap_release(false);
     }
     return NULL;

@@ -286,15 +286,15 @@ static void decay_transfer_caches(void)
     }
 }
 
-/* Runs the decay at most once per interval; cheap when not due (one clock read). */
-void cm_central_tick(void)
+/* Runs the decay at most once per interval; cheap when not due. now: cm_os_now_ms(), read
+ * once by the caller (the allocation miss also times the thread cache's idle lists with it). */
+void cm_central_tick(uint64_t now)
 {
-    int64_t delay = cm_option.release_delay_ms;
-    if (delay < 0)
+    if (cm_option.release_delay_ms < 0)
         return;
-    uint64_t now = cm_os_now_ms(), due = atomic_load_explicit(&next_decay_ms, memory_order_relaxed);
-    uint64_t interval = delay > CM_RELEASE_CHECK_MIN_MS ? (uint64_t)delay : CM_RELEASE_CHECK_MIN_MS;
-    if (now < due || !atomic_compare_exchange_strong(&next_decay_ms, &due, now + interval))
+    uint64_t due = atomic_load_explicit(&next_decay_ms, memory_order_relaxed);
+    if (now < due ||
+        !atomic_compare_exchange_strong(&next_decay_ms, &due, now + cm_release_interval_ms()))
         return;
     decay_transfer_caches();
 }

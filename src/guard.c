@@ -122,15 +122,15 @@ void *cm_guard_alloc(size_t size, uint32_t stack)
         return NULL;
     void *p = NULL;
     cm_lock_acquire(&guard_lock);
-    /* Slots still being freed are skipped like live ones, so the look is bounded. */
-    uint32_t looked = 0;
-    for (; looked < slot_count && live_count < slot_count; looked++) {
-        if (slots[cursor].state != SLOT_LIVE &&
-            !__atomic_load_n(&slots[cursor].freeing, __ATOMIC_ACQUIRE))
-            break;
+    /* Slots still being freed are skipped like live ones, so the look is bounded: when every
+     * slot is either, the allocation is served normally (at once when all are live). */
+    uint32_t looked = live_count < slot_count ? 0 : slot_count;
+    while (looked < slot_count && (slots[cursor].state == SLOT_LIVE ||
+                                   __atomic_load_n(&slots[cursor].freeing, __ATOMIC_ACQUIRE))) {
         cursor = cursor + 1 < slot_count ? cursor + 1 : 0;
+        looked++;
     }
-    if (looked < slot_count && live_count < slot_count) { /* else served normally */
+    if (looked < slot_count) {
         uint32_t slot = cursor;
         /* A reused page keeps the old block's bytes, as any malloc'ed memory may (calloc
          * clears). When the kernel refuses to open it, the allocation is served normally. */

@@ -117,6 +117,14 @@ typedef struct cm_option_values {
 } cm_option_values;
 #define CM_STATS_JSON 2 /* CMALLOC_STATS=json */
 extern cm_option_values cm_option;
+
+/* How often the caches look for what has been idle a release delay (when release is on). */
+static inline uint64_t cm_release_interval_ms(void)
+{
+    return cm_option.release_delay_ms > CM_RELEASE_CHECK_MIN_MS
+               ? (uint64_t)cm_option.release_delay_ms
+               : CM_RELEASE_CHECK_MIN_MS;
+}
 void cm_options_init(char **environment);
 void cm_options_print(int fd);
 /* Option number index (0, 1, ... until false): its upper-case name, value, and keyword when
@@ -221,7 +229,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
 void cm_central_drain(void);
-void cm_central_tick(void);
+void cm_central_tick(uint64_t now);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length);
 bool cm_central_valid(void);

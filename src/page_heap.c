@@ -5,7 +5,8 @@
  *                   nonempty says whether the list has a span, so a search is a bit scan
  *   large_list      free spans of more than 128 pages, searched best fit
  *
- * Callers: the central cache (spans for size classes) and alloc.c (large allocations). One
+ * Callers: the central cache (spans for size classes) and alloc.c (large allocations, and
+ * blocks realloc moves, placed with free pages after them: cm_page_heap_alloc_with_room). One
  * lock, heap_lock, guards every list, every FREE span and the counters; it is taken inside a
  * central cache lock and may take the pagemap and metadata locks (see internal.h).
  * Invariants: no two FREE spans are adjacent (free coalesces both ways); a FREE span's first

@@ -25,7 +25,8 @@
 #define CM_DEFAULT_PROF_RATE          ((size_t)512 << 10) /* bytes between samples, as tcmalloc */
 
 /* ---- size classes (src/size_class.c) ------------------------------------------------------- */
-/* A span holds at least this many objects (within CM_MAX_SMALL), and its tail wastes at most
+/* A span holds at least this many objects (within CM_MAX_SMALL; one from CM_SPAN_ONE_OBJECT_SIZE
+ * up), and its tail wastes at most
  * 1/CM_SPAN_WASTE_DIVISOR of it. 4 rather than 8: a program that uses many large classes a
  * little (mstress_bench: 1% of blocks 1-64 KiB) holds a partly used span in each, and with 8
  * objects those spans made up much of its memory: peak RSS 0.79-0.88x at 1-4 threads with the
@@ -36,8 +37,9 @@
 #define CM_SPAN_WASTE_DIVISOR    8
 /* Classes from this size get spans of one object: a span of several pins the pages of every
  * object in it that was ever used while one is, and a thread cache holding one object of each
- * of a dozen such classes pinned a dozen spans of 100-425 KiB (CPython, bench/real_python.py:
- * peak RSS 36.7 -> 35.5 MB; 64 KiB malloc/free loops at 1-2 threads unchanged). */
+ * of a dozen such classes pinned a dozen spans of 100-425 KiB (CPython's peak RSS 36.6 -> 35.5
+ * MB, `/usr/bin/time -f %M env LD_PRELOAD=<build> /usr/bin/python3 bench/real_python.py`; 64 KiB
+ * malloc/free loops at 1-2 threads unchanged: commit adbfd39 has the commands). */
 #define CM_SPAN_ONE_OBJECT_SIZE  ((size_t)32 << 10)
 /* Classes up to CM_SPAN_TIGHT_SIZE take up to CM_SPAN_TIGHT_PAGES pages for a tail of at most
  * 1/CM_SPAN_TIGHT_DIVISOR: a page holds few of them, so one page can waste 6-12%. With the
@@ -108,10 +110,11 @@
  * a size class, and later reallocs grow it where it lies while the pages after it are free, as
  * glibc grows a chunk into the top of its heap. In a size class, a buffer grown by an eighth at a
  * time (CPython's bytearrays and lists) is copied into the next class at each step: in
- * bench/real_python.py 195 of 200 reallocs to 32-256 KiB moved, copying 19 MB (glibc: 0),
- * now 22. At these sizes whole pages also waste less than the classes' spacing. (The heap is
- * not grown for the free pages after such a block: tried, it touched more memory, peak RSS
- * 36.4 -> 38.2 MB.) */
+ * bench/real_python.py 195 of 200 reallocs to 32-256 KiB moved, copying 19 MB, now 23 (glibc
+ * 6; `LD_PRELOAD="build/bench/realloc_moves.so <build>" /usr/bin/python3 bench/real_python.py`).
+ * At these sizes whole pages also waste less than the classes' spacing. (The heap is not grown
+ * for the free pages after such a block: tried, it touched more memory, peak RSS 36.4 -> 38.2
+ * MB, `/usr/bin/time -f %M`.) */
 #define CM_REALLOC_PAGES_MIN ((size_t)32 << 10)
 
 /* ---- debug mode (src/check.c) -------------------------------------------------------------- */

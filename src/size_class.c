@@ -5,9 +5,10 @@
  *            so a request wastes at most 12.5% above 128 B, plus 1040 (1 KiB and a 16-byte
  *            header, a common buffer: sqlite3's page cache); every size is a multiple of 16,
  *            so every object is 16-byte aligned.
- *   pages    the fewest pages holding min(CM_SPAN_OBJECTS_MIN objects, 256 KiB) whose tail
- *            wastes at most 1/CM_SPAN_WASTE_DIVISOR, and for classes up to CM_SPAN_TIGHT_SIZE
- *            at most 1/CM_SPAN_TIGHT_DIVISOR within CM_SPAN_TIGHT_PAGES pages (policy.h).
+ *   pages    the fewest pages holding min(CM_SPAN_OBJECTS_MIN objects, 256 KiB), one object
+ *            from CM_SPAN_ONE_OBJECT_SIZE up, whose tail wastes at most
+ *            1/CM_SPAN_WASTE_DIVISOR, and for classes up to CM_SPAN_TIGHT_SIZE at most
+ *            1/CM_SPAN_TIGHT_DIVISOR within CM_SPAN_TIGHT_PAGES pages (policy.h).
  *   batch    objects per fill/flush: CM_BATCH_BYTES / size, clamped to [CM_BATCH_MIN,
  *            CM_BATCH_MAX].
  *   magic    for free's test that an offset into a span starts one of its objects, with no

@@ -255,15 +255,12 @@ static void scavenge(cm_thread_cache *cache, size_t pending)
  * small again. Without it a thread keeps what it once freed of a class it no longer uses until
  * it exits or runs over its budget: CPython's thread held one block of each of a dozen
  * 13-213 KiB classes through its run. Looked at from the allocation misses, at most once per
- * release delay (never when release is off). */
-static void release_idle_lists(cm_thread_cache *cache)
+ * release delay (never when release is off); now: the miss's clock reading. */
+static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
 {
-    int64_t delay = cm_option.release_delay_ms;
-    uint64_t now = cm_os_now_ms();
-    if (delay < 0 || now < cache->idle_check_ms)
+    if (cm_option.release_delay_ms < 0 || now < cache->idle_check_ms)
         return;
-    cache->idle_check_ms =
-        now + (delay > CM_RELEASE_CHECK_MIN_MS ? (uint64_t)delay : CM_RELEASE_CHECK_MIN_MS);
+    cache->idle_check_ms = now + cm_release_interval_ms();
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (list->head != NULL && list->head == cache->idle_head[size_class]) {
@@ -302,12 +299,13 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     cm_free_list *list = &cache->lists[size_class];
     const uint32_t batch = cm_classes[size_class].batch;
     if (list->head == NULL) {
-        release_idle_lists(cache);
+        uint64_t now = cm_os_now_ms();
+        release_idle_lists(cache, now);
         grow(cache, size_class);
         if (over_budget(cache, 0))
             scavenge(cache, 0);
         uint32_t want = list->max_length < batch ? list->max_length : batch;
-        cm_central_tick();
+        cm_central_tick(now);
         unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head);
         if (n == 0)
             return NULL;

@@ -135,7 +135,7 @@ static void idle_batches_return_to_spans(void **state)
     uint64_t start = cm_os_now_ms();
     while (cached != 0 && cm_os_now_ms() - start < 3000) {
         cm_os_sleep_ms(5);
-        cm_central_tick();
+        cm_central_tick(cm_os_now_ms());
         cm_central_objects_out(c, &cached);
     }
     assert_int_equal(cached, 0);
@@ -194,7 +194,7 @@ static void transfer_limit_grows_only_while_batches_change_threads(void **state)
     uint64_t begin = cm_os_now_ms();
     while (cached != start && cm_os_now_ms() - begin < 3000) {
         cm_os_sleep_ms(12);
-        cm_central_tick();
+        cm_central_tick(cm_os_now_ms());
         cm_central_drain();
         cached = flush_batches(c, 4 * cm_classes[c].transfer_capacity);
     }
