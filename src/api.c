@@ -9,8 +9,29 @@
 
 #include <string.h>
 
+/* While sampling, the fast path sends every allocation here (cm_fast_path_classes): the same
+ * pop, counted down towards the thread's next sample point by cm_sample_charge[class] (prof.c).
+ * An allocation that would pass the point, or misses its list, goes to the sampler. */
+static void *alloc_sampling(size_t size)
+{
+    cm_thread_cache *cache = cm_thread_cache_current;
+    size_t size_class;
+    if (cm_small_class(size, &size_class)) {
+        cm_free_list *list = &cache->lists[size_class];
+        int64_t left = cache->sample_left - cm_sample_charge[size_class];
+        if (left >= 0 && list->head != NULL) {
+            cache->sample_left = left;
+            return cm_free_list_pop(list);
+        }
+    }
+    CM_DEBUG_WALK();
+    return cm_sample_alloc(size);
+}
+
 void *cm_alloc_slow(size_t size)
 {
+    if (CM_UNLIKELY(cm_sampling))
+        return alloc_sampling(size);
     if (CM_UNLIKELY(!cm_is_initialized()))
         cm_init();
     CM_DEBUG_WALK();
@@ -18,8 +39,6 @@ void *cm_alloc_slow(size_t size)
         void *p = cm_check_alloc(size);
         return p ? p : cm_out_of_memory();
     }
-    if (CM_UNLIKELY(cm_sampling))
-        return cm_sample_alloc(size);
     return cm_alloc_unchecked(size);
 }
 

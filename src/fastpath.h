@@ -11,32 +11,26 @@
 
 /* ---- fast paths ----------------------------------------------------------------------------
  * Before a thread's first slow path, cm_thread_cache_current points at an empty shared cache
- * whose lists are all empty with max_length 0, so both paths fall through to the slow path
- * with no extra test. malloc: a size test (sizes up to 1152 B first), a table read, a pop (with
- * a link check), the sampling countdown (prof.c: charges are 0 when sampling is off, so it never
- * runs out) and the free mark cleared. free: a pagemap read of the class byte, an object-start
- * test, the double-free test (the free mark), a length test and a push (a full list goes to
- * cm_free_list_full, which skips the span lookup the general path makes). No byte counts: a
- * cache's bytes are bounded by its lists' max_length (thread_cache.c). Together 87 instructions per
- * malloc+free pair up to 1152 B (90 above) with the caller's loop and PLT jumps; the budget test
- * counts them with callgrind and fails above its budget.
+ * whose lists are all empty with max_length 0 and start_limit 0, so both paths fall through to
+ * the slow path with no extra test (and never write to it). malloc: a size test (sizes up to
+ * 1152 B first), a table read (while sampling, a table that sends every size to the slow path:
+ * api.c's alloc_sampling counts allocations down to the next sample point), a pop with a link
+ * check, and the free mark cleared. free: a pagemap read of the class byte, an object-start test
+ * (with the constants its list carries), the double-free test (the free mark), a push if the list
+ * has room (a full list goes to cm_free_list_full, which skips the span lookup the general path
+ * makes). No byte counts: a cache's bytes are bounded by its lists' max_length (thread_cache.c).
+ * Together 73 instructions per malloc+free pair up to 1152 B (76 above) with the caller's loop
+ * and PLT jumps; the budget test counts them with callgrind and fails above its budget.
  */
 static inline void *cm_alloc(size_t size)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
     size_t size_class;
-    if (CM_UNLIKELY(!cm_small_class(size, &size_class)))
+    if (CM_UNLIKELY(!cm_class_lookup_in(cm_fast_path_classes, size, &size_class)))
         return cm_alloc_slow(size);
     cm_free_list *list = &cache->lists[size_class];
-    int64_t left = cache->sample_left - cm_sample_charge[size_class];
-    void *object = list->head;
-    if (CM_LIKELY(left >= 0) && CM_LIKELY(object != NULL)) {
-        cache->sample_left = left;
-        list->head = cm_link_next_checked(object);
-        cm_object_hand_out(object);
-        list->length--;
-        return object;
-    }
+    if (CM_LIKELY(list->head != NULL))
+        return cm_free_list_pop(list);
     return cm_alloc_slow(size);
 }
 
@@ -50,17 +44,16 @@ static inline void cm_free(void *p)
         /* p must start one of the span's objects (size_class.c: start_limit). */
         uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) |
                           ((uintptr_t)p & (CM_PAGE_SIZE - 1));
-        const cm_class_info *info = &cm_classes[size_class];
         cm_free_list *list = &cache->lists[size_class];
         uintptr_t mark = cm_free_mark(p);
-        if (CM_LIKELY(offset * info->divisor_magic < info->start_limit &&
+        if (CM_LIKELY(offset * list->start_magic < list->start_limit &&
                       ((uintptr_t *)p)[1] != mark)) {
-            if (CM_LIKELY(list->length < list->max_length)) {
+            if (CM_LIKELY(--list->room >= 0)) {
                 cm_link_set_marked(p, list->head, mark);
                 list->head = p;
-                list->length++;
                 return;
             }
+            list->room = 0; /* it had none */
             cm_free_list_full(p);
             return;
         }

@@ -139,21 +139,32 @@ void cm_metadata_fork(int phase);
 /* size_class.c */
 extern cm_class_info cm_classes[CM_CLASSES_MAX];
 extern unsigned cm_class_count;
-extern uint8_t cm_class_of_small[CM_SMALL_STEP_MAX / 16 + 1];
-extern uint8_t cm_class_of_medium[CM_MAX_SMALL / 128 + 1];
+/* Request size -> class, in 16-byte steps up to CM_SMALL_STEP_MAX, in 128-byte steps above. */
+typedef struct cm_class_lookup {
+    uint8_t small[CM_SMALL_STEP_MAX / 16 + 1];
+    uint8_t medium[CM_MAX_SMALL / 128 + 1];
+} cm_class_lookup;
+extern cm_class_lookup cm_class_table;
+/* The table the malloc fast path reads: cm_class_table, or while sampling (prof.c) one of all
+ * 0s, "not small", which sends every allocation to the slow path at no cost to the fast path. */
+extern const cm_class_lookup *cm_fast_path_classes;
 void cm_size_class_init(void);
-/* Whether size has a class (is at most CM_MAX_SMALL), and which; the smaller sizes are tested
- * first, as the malloc fast path wants. */
-static inline bool cm_small_class(size_t size, size_t *size_class)
+/* Whether size has a class (is at most CM_MAX_SMALL), and which in table; the smaller sizes
+ * are tested first, as the malloc fast path wants. */
+static inline bool cm_class_lookup_in(const cm_class_lookup *table, size_t size, size_t *size_class)
 {
     if (CM_LIKELY(size <= CM_SMALL_STEP_MAX)) {
-        *size_class = cm_class_of_small[(size + 15) >> 4];
+        *size_class = table->small[(size + 15) >> 4];
         return true;
     }
     if (size > CM_MAX_SMALL)
         return false;
-    *size_class = cm_class_of_medium[(size + 127) >> 7];
+    *size_class = table->medium[(size + 127) >> 7];
     return true;
+}
+static inline bool cm_small_class(size_t size, size_t *size_class)
+{
+    return cm_class_lookup_in(&cm_class_table, size, size_class);
 }
 static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 {
@@ -371,6 +382,19 @@ static inline void *cm_link_next_checked(const void *object)
     if (CM_UNLIKELY((uintptr_t)next & (CM_ALIGNMENT - 1)))
         cm_report_corrupt_list(object);
     return next;
+}
+/* Takes the head off a thread-cache list that has one, for the program. */
+static inline void *cm_free_list_pop(cm_free_list *list)
+{
+    void *object = list->head;
+    list->head = cm_link_next_checked(object);
+    cm_object_hand_out(object);
+    list->room++;
+    return object;
+}
+static inline uint32_t cm_free_list_length(const cm_free_list *list)
+{
+    return list->max_length - (uint32_t)list->room;
 }
 
 #pragma GCC visibility pop

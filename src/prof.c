@@ -116,6 +116,9 @@ static uintptr_t page_stash[PAGE_STASH];
 static unsigned stashed;
 #define STASH_UNFINISHED ((uintptr_t)1)
 uint32_t cm_sample_charge[CM_CLASSES_MAX];
+/* The malloc fast path's class table while sampling: every size "not small", so that every
+ * allocation comes to the slow path (api.c), which counts it down. */
+static const cm_class_lookup no_class;
 static double prof_mean;  /* the mean distance between profile sample points, in bytes */
 static double guard_mean; /* the same for guard points: GUARD_UNIT / -ln(1 - 1/GUARD_RATE) */
 static double guard_keep[CM_CLASSES_MAX];  /* P(guarded | a guard point in an allocation) */
@@ -996,6 +999,8 @@ void cm_prof_init(void)
     if (prof_on && cm_option.prof_signal)
         install_dump_signal();
     cm_sampling = prof_on || guard_on;
+    if (cm_sampling)
+        cm_fast_path_classes = &no_class;
 }
 
 /* Loads libunwind (Debian's libunwind8) for the profiler and the guard, when either is on and

@@ -30,8 +30,8 @@
 
 cm_class_info cm_classes[CM_CLASSES_MAX];
 unsigned cm_class_count; /* classes 1..cm_class_count-1 are in use */
-uint8_t cm_class_of_small[CM_SMALL_STEP_MAX / 16 + 1];
-uint8_t cm_class_of_medium[CM_MAX_SMALL / 128 + 1];
+cm_class_lookup cm_class_table;
+const cm_class_lookup *cm_fast_path_classes = &cm_class_table;
 
 static size_t clamp(size_t value, size_t low, size_t high)
 {
@@ -89,12 +89,12 @@ void cm_size_class_init(void)
     for (size_t i = 0; i <= CM_SMALL_STEP_MAX / 16; i++) {
         while (cm_classes[c].size < i * 16)
             c++;
-        cm_class_of_small[i] = (uint8_t)c;
+        cm_class_table.small[i] = (uint8_t)c;
     }
     c = 1;
     for (size_t i = 0; i <= CM_MAX_SMALL / 128; i++) {
         while (cm_classes[c].size < i * 128)
             c++;
-        cm_class_of_medium[i] = (uint8_t)c;
+        cm_class_table.medium[i] = (uint8_t)c;
     }
 }

@@ -108,7 +108,7 @@ static void size_classes(json_writer *w)
     begin(w, "size_classes", "[");
     for (unsigned c = 1; c < cm_class_count; c++) {
         size_t central, out = cm_central_objects_out(c, &central);
-        size_t cached = own->lists[c].length;
+        size_t cached = cm_free_list_length(&own->lists[c]);
         if (out == 0 && spans[c] == 0)
             continue;
         begin(w, NULL, "{");
@@ -154,7 +154,8 @@ CM_EXPORT void cmalloc_stats_print_json(int fd)
         cm_page_heap_counters(&heap_free, &released, &large_bytes, &large_count);
         size_t mapped_bytes = cm_mapped_live_bytes(&mapped_count);
         for (unsigned c = 1; c < cm_class_count; c++)
-            own_bytes += (size_t)cm_thread_cache_current->lists[c].length * cm_classes[c].size;
+            own_bytes += (size_t)cm_free_list_length(&cm_thread_cache_current->lists[c]) *
+                         cm_classes[c].size;
         begin(&w, "totals", "{");
         number(&w, "in_use", (int64_t)s.bytes_in_use);
         number(&w, "mapped", (int64_t)s.bytes_mapped);

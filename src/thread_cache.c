@@ -37,8 +37,9 @@
 
 enum { THREAD_NEW = 0, THREAD_LIVE, THREAD_GONE };
 
-static cm_thread_cache empty_cache; /* every list empty with max_length 0: always the slow path;
-                                      max_size 0 tells it from a live cache */
+static cm_thread_cache empty_cache; /* every list empty with max_length 0 and start_limit 0:
+                                      always the slow path; max_size 0 tells it from a live
+                                      cache */
 CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current = &empty_cache;
 static CM_THREAD_LOCAL uint8_t thread_state;
 
@@ -75,19 +76,23 @@ static size_t claim_budget(size_t want)
  * lists count as of their own last slow path). */
 static void publish(cm_thread_cache *cache, unsigned size_class)
 {
-    uint32_t length = cache->lists[size_class].length;
+    uint32_t length = cm_free_list_length(&cache->lists[size_class]);
     size_t bytes = cache->published_size + ((size_t)length - cache->published_length[size_class]) *
                                                cm_classes[size_class].size;
     cache->published_length[size_class] = length;
     __atomic_store_n(&cache->published_size, bytes, __ATOMIC_RELAXED);
 }
 
+/* The list keeps its objects: max_length is at least their number. */
 static void set_max_length(cm_thread_cache *cache, unsigned size_class, uint32_t max_length)
 {
     cm_free_list *list = &cache->lists[size_class];
+    uint32_t length = cm_free_list_length(list);
+    CM_ASSERT(length <= max_length);
     cache->capacity = cache->capacity - (size_t)list->max_length * cm_classes[size_class].size +
                       (size_t)max_length * cm_classes[size_class].size;
     list->max_length = max_length;
+    list->room = (int32_t)(max_length - length);
 }
 
 /* Flushes count objects from the head of a list to the central cache, in whole batches where
@@ -96,7 +101,7 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
 {
     cm_free_list *list = &cache->lists[size_class];
     const uint32_t batch = cm_classes[size_class].batch;
-    list->length -= count;
+    list->room += (int32_t)count;
     while (count > 0) {
         uint32_t n = count < batch ? count : batch;
         void *head = list->head, *last = head;
@@ -112,7 +117,7 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
 static void release_all(cm_thread_cache *cache)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
-        release_objects(cache, size_class, cache->lists[size_class].length);
+        release_objects(cache, size_class, cm_free_list_length(&cache->lists[size_class]));
         publish(cache, size_class);
     }
 }
@@ -190,6 +195,10 @@ static CM_NOINLINE cm_thread_cache *create(void)
     if (cache == NULL && (cache = cm_metadata_alloc(sizeof *cache)) == NULL)
         return NULL;
     memset(cache, 0, sizeof *cache);
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        cache->lists[size_class].start_magic = cm_classes[size_class].divisor_magic;
+        cache->lists[size_class].start_limit = cm_classes[size_class].start_limit;
+    }
     cache->max_size = CM_THREAD_START_BUDGET;
     cache->owner_tid = cm_os_thread_id();
     atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
@@ -241,9 +250,9 @@ static void scavenge(cm_thread_cache *cache, size_t pending)
     while (over_budget(cache, pending) && cache->capacity > 0) {
         for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
             cm_free_list *list = &cache->lists[size_class];
-            uint32_t max_length = list->max_length / 2;
-            if (list->length > max_length)
-                release_objects(cache, size_class, list->length - max_length);
+            uint32_t max_length = list->max_length / 2, length = cm_free_list_length(list);
+            if (length > max_length)
+                release_objects(cache, size_class, length - max_length);
             set_max_length(cache, size_class, max_length);
             publish(cache, size_class);
         }
@@ -264,7 +273,7 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (list->head != NULL && list->head == cache->idle_head[size_class]) {
-            release_objects(cache, size_class, list->length);
+            release_objects(cache, size_class, cm_free_list_length(list));
             set_max_length(cache, size_class, 0);
             publish(cache, size_class);
         }
@@ -312,12 +321,9 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         if (n > list->max_length)
             set_max_length(cache, size_class, n);
         list->head = head;
-        list->length = n;
+        list->room = (int32_t)(list->max_length - n);
     }
-    void *object = list->head;
-    list->head = cm_link_next_checked(object);
-    cm_object_hand_out(object);
-    list->length--;
+    void *object = cm_free_list_pop(list);
     publish(cache, size_class);
     if (over_budget(cache, 0))
         scavenge(cache, 0);
@@ -338,22 +344,22 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
         return;
     }
     cm_free_list *list = &cache->lists[size_class];
-    if (list->length >= list->max_length) {
-        const uint32_t batch = cm_classes[size_class].batch;
-        release_objects(cache, size_class, list->length < batch ? list->length : batch);
+    if (list->room == 0) {
+        const uint32_t batch = cm_classes[size_class].batch, length = cm_free_list_length(list);
+        release_objects(cache, size_class, length < batch ? length : batch);
         if (list->max_length < batch)
             set_max_length(cache, size_class, list->max_length + 1);
     }
     publish(cache, size_class); /* the fast paths' pushes since its last slow path too */
     if (over_budget(cache, cm_classes[size_class].size))
         scavenge(cache, cm_classes[size_class].size);
-    if (list->length >= list->max_length) { /* the budget left this list no room */
+    if (list->room == 0) { /* the budget left this list no room */
         cm_central_give_back(size_class, object);
         return;
     }
     cm_link_set(object, list->head);
     list->head = object;
-    list->length++;
+    list->room--;
     publish(cache, size_class);
 }
 
@@ -367,7 +373,8 @@ static size_t held_bytes(const cm_thread_cache *cache)
 {
     size_t bytes = 0;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
-        bytes += (size_t)cache->lists[size_class].length * cm_classes[size_class].size;
+        bytes +=
+            (size_t)cm_free_list_length(&cache->lists[size_class]) * cm_classes[size_class].size;
     return bytes;
 }
 
@@ -401,8 +408,10 @@ bool cm_thread_cache_valid(void)
     size_t capacity = 0, published = 0;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
-        if (!cm_object_list_valid(size_class, list->head, list->length) ||
-            list->length > list->max_length ||
+        if (list->room < 0 || (uint32_t)list->room > list->max_length ||
+            !cm_object_list_valid(size_class, list->head, cm_free_list_length(list)) ||
+            list->start_magic != cm_classes[size_class].divisor_magic ||
+            list->start_limit != cm_classes[size_class].start_limit ||
             list->max_length > list_cap(size_class) + cm_classes[size_class].batch)
             return false;
         capacity += (size_t)list->max_length * cm_classes[size_class].size;

@@ -73,17 +73,22 @@ typedef struct cm_span {
 } cm_span;
 
 /* ---- thread cache -------------------------------------------------------------------------
- * One per thread. Invariants, outside a slow path: lists[c].length <= lists[c].max_length,
+ * One per thread. Invariants, outside a slow path: 0 <= lists[c].room <= lists[c].max_length,
  * capacity == sum over classes of lists[c].max_length * class size, published_size <= max_size
  * and capacity <= CM_CAPACITY_PER_BUDGET * max_size (thread_cache.c): the bytes a cache holds
  * are bounded with no byte count on the fast paths.
  */
 typedef struct cm_free_list {
-    void *head;          /* objects linked through their first word */
-    uint32_t length;     /* objects on the list */
-    uint32_t max_length; /* grows with use (slow start), a free beyond it flushes a batch */
+    void *head;           /* objects linked through their first word */
+    int32_t room;         /* max_length - objects on the list: the pushes left before it is full
+                             (free's fast path takes one first and gives it back if there was
+                             none, so it may be -1 for a moment: a signed count) */
+    uint32_t max_length;  /* grows with use (slow start), a free beyond it flushes a batch */
+    uint64_t start_magic; /* the class's divisor_magic and start_limit, copied here so that */
+    uint64_t start_limit; /* free's object-start test reads the line it pushes to; 0 in the
+                             shared empty cache, where every free then fails the test */
 } cm_free_list;
-_Static_assert(sizeof(cm_free_list) == 16, "the fast paths index the lists by a shift");
+_Static_assert(sizeof(cm_free_list) == 32, "the fast paths index the lists by a shift");
 _Static_assert(CM_ALIGNMENT >= 2 * sizeof(uintptr_t), "a free object holds a link and a free mark");
 
 typedef struct cm_thread_cache {

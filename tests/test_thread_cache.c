@@ -48,7 +48,7 @@ static void *slow_start_thread(void *arg)
     CHECK(list->max_length >= batch); /* grew with use */
     for (uint32_t i = 0; i < COUNT; i++) {
         free(objects[i]);
-        CHECK(list->length <= list->max_length);
+        CHECK(cm_free_list_length(list) <= list->max_length);
     }
     return NULL;
 }
@@ -72,7 +72,7 @@ static void *budget_thread(void *arg)
             const cm_thread_cache *cache = cm_thread_cache_current;
             size_t held = 0;
             for (unsigned c = 1; c < cm_class_count; c++)
-                held += (size_t)cache->lists[c].length * cm_classes[c].size;
+                held += (size_t)cm_free_list_length(&cache->lists[c]) * cm_classes[c].size;
             CHECK(held <= cache->capacity);
             CHECK(cache->capacity <= CM_CAPACITY_PER_BUDGET * cache->max_size);
             CHECK(cache->published_size <= cache->max_size);
@@ -202,10 +202,11 @@ static void *free_into_full_list(void *arg)
         blocks[i] = malloc(7000);
     cm_free_list *list = &cm_thread_cache_current->lists[cm_size_class(7000)]; /* created now */
     int freed = 0; /* a recycled cache may have a list of any length: free until it is full */
-    while (freed < COUNT - 1 && (list->max_length == 0 || list->length < list->max_length))
+    while (freed < COUNT - 1 &&
+           (list->max_length == 0 || cm_free_list_length(list) < list->max_length))
         free(blocks[freed++]);
     waiting_object = blocks[COUNT - 1];
-    bool full = list->length == list->max_length && list->max_length > 0;
+    bool full = cm_free_list_length(list) == list->max_length && list->max_length > 0;
     atomic_store(&worker_ready, 1);
     if (!full) { /* main waits for worker_done */
         atomic_store(&worker_done, 1);
@@ -262,18 +263,18 @@ static void *idle_thread(void *arg)
     for (int i = 0; i < 16; i++)
         free(blocks[i]);
     cm_free_list *list = &cm_thread_cache_current->lists[c];
-    uint32_t kept = list->length;
+    uint32_t kept = cm_free_list_length(list);
     CHECK(kept > 0);
     for (int round = 0; round < 12; round++) {
         cm_os_sleep_ms(12);
         for (int i = 0; i < 40; i++) /* more than a batch, none freed: a miss each round */
             smalls[round * 40 + i] = malloc(48);
     }
-    bool released = list->length == 0 && list->max_length == 0;
+    bool released = cm_free_list_length(list) == 0 && list->max_length == 0;
     for (int i = 0; i < 12 * 40; i++)
         free(smalls[i]);
     CHECK(released == release_on);
-    CHECK(release_on || list->length == kept);
+    CHECK(release_on || cm_free_list_length(list) == kept);
     CHECK(cm_thread_cache_valid());
     return NULL;
 }
