@@ -75,7 +75,7 @@ void cm_free_list_full(void *p)
         return;
     }
     CM_DEBUG_WALK();
-    cm_thread_cache_free_slow(p, cm_pagemap_leaf_of(p)->size_classes[cm_pagemap_index(p)]);
+    cm_thread_cache_free_slow(p, cm_pagemap_leaf_of(p)->classes[cm_pagemap_index(p)].size_class);
 }
 
 size_t cm_usable_size(const void *p)

@@ -40,9 +40,9 @@ static inline void cm_free(void *p)
     cm_thread_cache *cache = cm_thread_cache_current;
     size_t index = cm_pagemap_index(p);
     size_t size_class;
-    if (CM_LIKELY(leaf != NULL && (size_class = leaf->size_classes[index]) != 0)) {
+    if (CM_LIKELY(leaf != NULL && (size_class = leaf->classes[index].size_class) != 0)) {
         /* p must start one of the span's objects (size_class.c: start_limit). */
-        uint64_t offset = ((uint64_t)leaf->span_pages[index] << CM_PAGE_SHIFT) |
+        uint64_t offset = ((uint64_t)leaf->classes[index].span_pages << CM_PAGE_SHIFT) |
                           ((uintptr_t)p & (CM_PAGE_SIZE - 1));
         cm_free_list *list = &cache->lists[size_class];
         uintptr_t mark = cm_free_mark(p);

@@ -175,14 +175,18 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 
 /* pagemap.c: page number -> span and size class, two levels over 48-bit addresses, lock-free
  * reads. The class byte beside each span pointer lets free find a small object's class without
- * touching the span. */
+ * touching the span; it sits beside the page's distance from its span's start, which free's
+ * object-start test needs too, so that free reads one line of the leaf, not two. */
 #define CM_PAGEMAP_LEAF_BITS    18
 #define CM_PAGEMAP_LEAF_ENTRIES ((size_t)1 << CM_PAGEMAP_LEAF_BITS)
 #define CM_PAGEMAP_ROOT_BITS    (CM_ADDRESS_BITS - CM_PAGE_SHIFT - CM_PAGEMAP_LEAF_BITS)
+typedef struct cm_page_class {
+    uint8_t size_class; /* the page's span's size_class, or 0 */
+    uint8_t span_pages; /* SMALL: pages from the span's start */
+} cm_page_class;
 typedef struct cm_pagemap_leaf {
+    cm_page_class classes[CM_PAGEMAP_LEAF_ENTRIES]; /* first: free indexes it with no offset */
     cm_span *spans[CM_PAGEMAP_LEAF_ENTRIES];
-    uint8_t size_classes[CM_PAGEMAP_LEAF_ENTRIES]; /* spans[i]->size_class, or 0 */
-    uint8_t span_pages[CM_PAGEMAP_LEAF_ENTRIES];   /* SMALL: pages from the span's start */
 } cm_pagemap_leaf;
 extern cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
 bool cm_pagemap_ensure(uintptr_t page, size_t pages);

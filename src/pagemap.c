@@ -2,7 +2,7 @@
  *
  *   address:  | 17 bits: root index | 18 bits: leaf index | 13 bits: offset in page |
  *   root      static array of 2^17 leaf pointers (1 MiB of .bss, touched only where used)
- *   leaf      2^18 span pointers, size-class bytes and page-in-span bytes (2.5 MiB mapped
+ *   leaf      2^18 span pointers and pairs of size-class and page-in-span bytes (2.5 MiB mapped
  *             on demand, resident only where written), covering 2 GiB of address space
  *
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
@@ -45,8 +45,8 @@ void cm_pagemap_set(uintptr_t page, cm_span *span)
     cm_pagemap_leaf *leaf = cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS];
     size_t i = page & (CM_PAGEMAP_LEAF_ENTRIES - 1);
     leaf->spans[i] = span;
-    leaf->size_classes[i] = span ? span->size_class : 0;
-    leaf->span_pages[i] = span && span->size_class ? (uint8_t)(page - span->page) : 0;
+    leaf->classes[i].size_class = span ? span->size_class : 0;
+    leaf->classes[i].span_pages = span && span->size_class ? (uint8_t)(page - span->page) : 0;
 }
 
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span)

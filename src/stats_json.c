@@ -92,9 +92,9 @@ static void count_spans(size_t spans[CM_CLASSES_MAX])
         if (leaf == NULL)
             continue;
         for (size_t i = 0; i < CM_PAGEMAP_LEAF_ENTRIES; i++) {
-            unsigned size_class = __atomic_load_n(&leaf->size_classes[i], __ATOMIC_RELAXED);
+            unsigned size_class = __atomic_load_n(&leaf->classes[i].size_class, __ATOMIC_RELAXED);
             if (size_class != 0 && size_class < CM_CLASSES_MAX &&
-                __atomic_load_n(&leaf->span_pages[i], __ATOMIC_RELAXED) == 0)
+                __atomic_load_n(&leaf->classes[i].span_pages, __ATOMIC_RELAXED) == 0)
                 spans[size_class]++;
         }
     }
