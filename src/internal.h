@@ -361,23 +361,27 @@ static inline void cm_object_hand_out(void *object)
 {
     ((uintptr_t *)object)[1] = 0;
 }
+/* Moves an object that is on a list (so carries the mark already) to another. */
+static inline void cm_link_relink(void *object, void *next)
+{
+    *(uintptr_t *)object = (uintptr_t)next ^ ((uintptr_t)object ^ cm_list_key);
+}
 static inline void cm_link_set_marked(void *object, void *next, uintptr_t mark)
 {
-    *(uintptr_t *)object = (uintptr_t)next ^ (uintptr_t)object ^ cm_list_key;
+    cm_link_relink(object, next);
     ((uintptr_t *)object)[1] = mark;
 }
 static inline void cm_link_set(void *object, void *next)
 {
     cm_link_set_marked(object, next, cm_free_mark(object));
 }
-/* Moves an object that is on a list (so carries the mark already) to another. */
-static inline void cm_link_relink(void *object, void *next)
-{
-    *(uintptr_t *)object = (uintptr_t)next ^ (uintptr_t)object ^ cm_list_key;
-}
 static inline void *cm_link_next(const void *object)
 {
-    return (void *)(*(const uintptr_t *)object ^ (uintptr_t)object ^ cm_list_key);
+    uintptr_t slot_key = (uintptr_t)object ^ cm_list_key;
+    /* An empty asm keeps the compiler from reassociating the xors: this half of the key does not
+     * wait on the load, so only one xor does (a malloc+free loop is bound by that latency). */
+    __asm__("" : "+r"(slot_key));
+    return (void *)(*(const uintptr_t *)object ^ slot_key);
 }
 CM_COLD __attribute__((noreturn)) void cm_report_corrupt_list(const void *object);
 static inline void *cm_link_next_checked(const void *object)
