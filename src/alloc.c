@@ -227,7 +227,7 @@ static cm_span *checked_span(const void *p, const char *caller)
 static void free_span_object(void *p, cm_span *span, const char *caller)
 {
     if (span->state == CM_SPAN_SMALL) {
-        if (cm_object_is_free(p))
+        if (cm_object_is_free(p) && !cm_thread_cache_take_left_behind(p, span->size_class))
             cm_report_double_free(caller, p);
         else
             cm_thread_cache_free_slow(p, span->size_class);

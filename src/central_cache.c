@@ -322,20 +322,29 @@ size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects)
     return out;
 }
 
-/* True when the objects of list all start objects of SMALL spans of size_class and carry the
- * free mark. Here because this is the lowest layer that knows both object lists and which
- * spans hold a class; thread_cache.c checks its lists with it too (a call downward). */
+/* True when object starts one of the objects of a SMALL span of size_class and carries the
+ * free mark; any address may be asked about. Here because this is the lowest layer that knows
+ * both object lists and which spans hold a class; thread_cache.c uses it too (a call
+ * downward). */
+bool cm_is_free_object_of(unsigned size_class, const void *object)
+{
+    cm_span *span = cm_span_of(object);
+    if (span == NULL || span->state != CM_SPAN_SMALL || span->size_class != size_class)
+        return false;
+    size_t offset = (size_t)((const char *)object - (const char *)cm_span_start(span));
+    return offset % cm_classes[size_class].size == 0 &&
+           offset / cm_classes[size_class].size < cm_classes[size_class].objects &&
+           cm_object_is_free(object);
+}
+
+/* True when list holds expected_length objects, each a free object of size_class. */
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length)
 {
     size_t n = 0;
     for (void *object = list; object != NULL && n <= expected_length;
-         object = cm_link_next(object), n++) {
-        cm_span *span = cm_span_of(object);
-        if (span == NULL || span->state != CM_SPAN_SMALL || span->size_class != size_class ||
-            ((char *)object - (char *)cm_span_start(span)) % cm_classes[size_class].size != 0 ||
-            !cm_object_is_free(object))
+         object = cm_link_next(object), n++)
+        if (!cm_is_free_object_of(size_class, object))
             return false;
-    }
     return n == expected_length;
 }
 

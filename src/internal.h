@@ -247,6 +247,7 @@ void cm_central_drain(void);
 void cm_central_tick(uint64_t now);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length);
+bool cm_is_free_object_of(unsigned size_class, const void *object);
 bool cm_central_valid(void);
 void cm_central_fork(int phase);
 
@@ -260,6 +261,7 @@ bool cm_thread_cache_valid(void);
 void cm_thread_cache_init(void);
 void cm_thread_cache_fork(int phase);
 void cm_thread_cache_fork_owner(void);
+bool cm_thread_cache_take_left_behind(void *object, unsigned size_class);
 
 /* alloc.c: the allocator beneath the modes (routing, large and mapped spans, bad pointers) */
 void *cm_alloc_unchecked(size_t size);

@@ -46,6 +46,8 @@ static CM_THREAD_LOCAL uint8_t thread_state;
 static cm_lock registry_lock = CM_LOCK_INIT;
 static cm_thread_cache *registry;     /* live caches */
 static cm_thread_cache *spare_caches; /* caches of exited threads, linked through next */
+static cm_thread_cache *left_behind;  /* a forked child's: the other threads' caches, kept
+                                         whole and never reused (cm_thread_cache_fork) */
 static size_t live_caches;
 static cm_thread_cache *sweep_next;      /* the registry entry the orphan sweep looks at next */
 static uint64_t registrations;           /* caches registered so far: each gets the next number */
@@ -122,7 +124,8 @@ static void release_all(cm_thread_cache *cache)
     }
 }
 
-static void unregister(cm_thread_cache *cache)
+/* Takes a cache off the registry and gives its budget back; it goes on the list *to. */
+static void unregister_to(cm_thread_cache *cache, cm_thread_cache **to)
 {
     if (sweep_next == cache)
         sweep_next = cache->next;
@@ -132,11 +135,16 @@ static void unregister(cm_thread_cache *cache)
         registry = cache->next;
     if (cache->next)
         cache->next->prev = cache->prev;
-    cache->next = spare_caches;
-    spare_caches = cache;
+    cache->next = *to;
+    *to = cache;
     cache->registration = 0;
     live_caches--;
     atomic_fetch_add(&unclaimed_budget, (int64_t)cache->max_size);
+}
+
+static void unregister(cm_thread_cache *cache)
+{
+    unregister_to(cache, &spare_caches);
 }
 
 static void thread_exit(void *arg)
@@ -428,10 +436,11 @@ void cm_thread_cache_init(void)
     have_exit_key = pthread_key_create(&exit_key, thread_exit) == 0;
 }
 
-/* In the child only the forking thread survives. The others' caches are dropped from the
- * registry but not walked: a thread may have been inside a lock-free fast path at the moment
- * of fork, leaving its lists half-updated, so their objects are left unreachable (at most
- * one cache budget per thread). */
+/* In the child only the forking thread survives. The others' caches leave the registry but
+ * are not flushed: a thread may have been inside a lock-free fast path at the moment of fork,
+ * leaving its lists half-updated, so their objects stay out of reach (at most one cache
+ * budget per thread). They are kept whole on left_behind, never reused, for
+ * cm_thread_cache_take_left_behind. */
 void cm_thread_cache_fork(int phase)
 {
     cm_lock_fork(&registry_lock, phase);
@@ -441,9 +450,44 @@ void cm_thread_cache_fork(int phase)
     while (cache != NULL) {
         cm_thread_cache *next = cache->next;
         if (cache != cm_thread_cache_current)
-            unregister(cache);
+            unregister_to(cache, &left_behind);
         cache = next;
     }
+}
+
+/* A free of an object that carries the free mark, in a forked child: true (and the object
+ * handed out again, so that the free goes on as an ordinary one) when it sits on a list of a
+ * cache the fork left behind. glibc's child frees again what a parent thread had freed just
+ * before the fork: the dlopen'd modules' TLS blocks of a stack that thread was reusing in
+ * pthread_create, whose table it clears only after freeing them all
+ * (tests/programs/fork_dlopen_tls.c). The object was out of reach in the child, so this free
+ * is its first there. The walk trusts no link: a thread may have stopped inside a fast path,
+ * so it ends at the first entry that is not a free object of the class. */
+bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
+{
+    if (__atomic_load_n(&left_behind, __ATOMIC_RELAXED) == NULL)
+        return false;
+    bool found = false;
+    cm_lock_acquire(&registry_lock);
+    for (cm_thread_cache *cache = left_behind; cache != NULL && !found; cache = cache->next) {
+        cm_free_list *list = &cache->lists[size_class];
+        void *previous = NULL, *entry = list->head;
+        for (uint32_t n = 0;
+             n <= list->max_length && entry != NULL && cm_is_free_object_of(size_class, entry);
+             n++, previous = entry, entry = cm_link_next(entry)) {
+            if (entry != object)
+                continue;
+            if (previous == NULL)
+                list->head = cm_link_next(entry);
+            else
+                cm_link_relink(previous, cm_link_next(entry));
+            cm_object_hand_out(entry);
+            found = true;
+            break;
+        }
+    }
+    cm_lock_release(&registry_lock);
+    return found;
 }
 
 /* In a forked child, always (also when fork took no lock): the thread's cache must carry the

@@ -175,8 +175,9 @@ echo "$line" | grep -q 'unwound by libunwind' || fail "the profiler does not use
 # foreign atfork handlers, ...) with the profiler and the guard sampling often: no hang.
 # (With them, fork_thread_churn's children met libunwind's own TLS block freed twice by
 # glibc's child, and cancel_malloc met libunwind's read() as a cancellation point: cmalloc's
-# part fixed, see fork_dlopen_tls.c and cancel_prof.c; glibc's own window stays, and
-# fork_thread_churn allows one aborted child a run with the profiler on, as its header says.)
+# part fixed, see fork_dlopen_tls.c and cancel_prof.c; glibc's own window is mostly taken
+# back by the child now, and fork_thread_churn allows one aborted child a run with the
+# profiler on for the rest, as its header says.)
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=100 USER_PROGRAM_REPEAT=2 \
     sh tests/test_user_programs.sh >"$tmp/programs.txt" 2>&1 ||
     { grep -A12 FAIL "$tmp/programs.txt" | head -40

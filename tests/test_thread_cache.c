@@ -2,7 +2,8 @@
  * one per miss up to the batch), the budget (the bytes counted at slow paths within a budget of
  * at most CMALLOC_THREAD_CACHE_MAX, what the lists may hold within four), cross-thread frees
  * travelling as whole batches, caches given back at thread exit, a free that waits on a lock
- * not marking its object before it has it, and lists left unused giving their objects back. */
+ * not marking its object before it has it, lists left unused giving their objects back, and a
+ * forked child freeing again what another thread freed before the fork. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 
 #include "cmalloc.h"
 #include "internal.h"
+#include "helpers.h"
 
 /* cmocka's asserts must run on the main thread: workers return the first failed check. */
 #define CHECK(condition)               \
@@ -250,6 +252,56 @@ static void free_marks_its_object_after_taking_locks(void **state)
     assert_true(marked);
 }
 
+/* glibc's child frees again what a parent thread freed just before the fork (the dlopen'd TLS
+ * blocks of tests/programs/fork_dlopen_tls.c). In the child a block on a list the fork left
+ * behind (another thread's) is out of reach, so such a free is its first there and goes on as
+ * an ordinary one; a second free in the child is a double free as ever. */
+static void *left_behind_block;
+static _Atomic int left_behind_freed, children_done;
+
+static void *free_and_stay(void *arg)
+{
+    (void)arg;
+    free(left_behind_block); /* onto this thread's list */
+    atomic_store(&left_behind_freed, 1);
+    while (!atomic_load(&children_done))
+        cm_os_yield();
+    return NULL;
+}
+
+static void free_again_in_child(void *arg)
+{
+    free(left_behind_block);
+    void *reused = malloc(48); /* the block went onto this thread's list: the next of its class */
+    if (reused != left_behind_block)
+        _exit(4);
+    free(reused);
+    if (arg != NULL)
+        free(left_behind_block);
+}
+
+static void a_child_may_free_again_what_another_thread_freed(void **state)
+{
+    (void)state;
+    left_behind_block = malloc(48);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, free_and_stay, NULL), 0);
+    while (!atomic_load(&left_behind_freed))
+        cm_os_yield();
+    static child_result result;
+    child_spec spec = {.body = free_again_in_child};
+    run_child(&spec, &result);
+    char expected[96];
+    snprintf(expected, sizeof expected, "cmalloc: double free %p in free()", left_behind_block);
+    expect_death(free_again_in_child, "twice", expected);
+    atomic_store(&children_done, 1);
+    pthread_join(thread, NULL);
+    char how[96];
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("a child's free of a block another thread freed before the fork: %s\n%s",
+                 describe_status(result.status, how, sizeof how), result.output);
+}
+
 /* A list no path touched for a release delay gives its objects back, looked at from the
  * allocation misses of other lists; with release off (-1) it keeps them. The worker frees 16
  * blocks of 7000 bytes, then for 150 ms only allocates 48-byte blocks, missing every round. */
@@ -307,6 +359,7 @@ int main(void)
         cmocka_unit_test(frees_through_the_slow_path_keep_the_budget),
         cmocka_unit_test(free_marks_its_object_after_taking_locks),
         cmocka_unit_test(idle_lists_give_their_objects_back),
+        cmocka_unit_test(a_child_may_free_again_what_another_thread_freed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
