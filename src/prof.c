@@ -6,15 +6,16 @@
  * point, drawn from an exponential distribution of mean CMALLOC_PROF_RATE (the points are a
  * Poisson process over the bytes allocated, so a periodic pattern cannot line up with them),
  * and to the next guard point, of mean about 16 * CMALLOC_GUARD_RATE (guard_mean). The nearer of
- * the two is handed to the thread's cache (sample_left), and the malloc fast path counts down by
- * cm_sample_charge[class] as it pops: when an allocation would take it below 0, that
- * allocation goes to the slow path, cm_sample_alloc, which takes back what the fast path
+ * the two is handed to the thread's cache (sample_left). While either is on, the malloc fast
+ * path's class table is no_class, so every allocation comes to api.c's alloc_sampling, which pops
+ * the list as the fast path would and counts down by cm_sample_charge[class]: when an allocation
+ * would take it below 0, that allocation goes on to cm_sample_alloc, which takes back what was
  * spent, finds which point the allocation holds, samples it, and hands the next point over.
- * With both features off every charge is 0 and the countdown never runs out; frees are never
- * counted, so they stay on the fast path whatever is on.
+ * With both off the fast path has no countdown; frees are never counted, so they stay on the
+ * fast path whatever is on.
  *
  *     sample_left: |---- 64 ----|--- 64 ---|-- 40 --|   an allocation of 64 holds the point:
- *                  fast path     fast path   slow path, sampled, the next point handed over
+ *                  popped        popped      sampled, the next point handed over
  *
  * A guard point is kept with probability guard_keep[class] = (1/rate) / P(a point falls in an
  * object of the class), so that one small allocation in CMALLOC_GUARD_RATE is guarded whatever
@@ -92,7 +93,7 @@ typedef struct sample {
 #define NEVER (INT64_MAX / 4) /* the countdown of a feature that is off */
 
 /* A thread's two countdowns, in bytes of size class (or large request) allocated, and what its
- * cache's fast path has of them. */
+ * cache's sample_left has of them. */
 typedef struct sampler {
     int64_t prof_left;      /* bytes before the next profile sample point */
     int64_t guard_left;     /* bytes before the next guard point */
@@ -494,7 +495,7 @@ static void start_thread(sampler *s)
     s->guard_left = guard_on ? draw(s, guard_mean) : NEVER;
 }
 
-/* Takes in what the fast path counted down since the last hand-over: it never passes 0, so
+/* Takes in what the pops counted down since the last hand-over: it never passes 0, so
  * neither countdown has run out on the way. */
 static void take_countdown(sampler *s)
 {
@@ -506,7 +507,7 @@ static void take_countdown(sampler *s)
     s->guard_left -= spent;
 }
 
-/* Hands the nearer point to the thread's live cache, whose fast path counts down to it. The
+/* Hands the nearer point to the thread's live cache, whose pops count down to it. The
  * shared empty cache (a thread with no cache yet, or exiting; max_size 0) is never written. */
 static void hand_countdown(sampler *s)
 {
@@ -566,8 +567,8 @@ static void *alloc_own_pages(size_t size)
 
 static void dump_on_signal(void);
 
-/* Every allocation the fast path does not serve comes here while sampling: a miss of the
- * thread's list (charged here), an allocation on which a countdown runs out, a large one. */
+/* Every allocation alloc_sampling does not serve comes here: a miss of the thread's list
+ * (charged here), an allocation on which a countdown runs out, a large one. */
 void *cm_sample_alloc(size_t size)
 {
     sampler *s = &thread_sampler;

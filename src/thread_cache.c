@@ -25,10 +25,13 @@
  * round of key destructors, where glibc no longer looks at new values, or no key could be
  * made) is an orphan: the registry is swept for caches whose thread id has left the process,
  * a few per cache created and all of them when stats are read, and orphans are recycled.
- * Lock: registry_lock guards the list of live caches, the spare caches and budget handover; it
- * is the outermost lock (internal.h). The caches themselves are touched only by their thread;
- * stats read published_size, which the slow paths update for the list they touch and store
- * atomically.
+ * Fork: in the child the other threads' caches are left behind whole, never flushed or reused
+ * (their lists may be half-updated); a free there of a block on one of their lists is its first
+ * in the child (cm_thread_cache_take_left_behind).
+ * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
+ * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
+ * only by their thread; stats read published_size, which the slow paths update for the list
+ * they touch and store atomically.
  */
 #include "internal.h"
 

@@ -93,8 +93,8 @@ _Static_assert(CM_ALIGNMENT >= 2 * sizeof(uintptr_t), "a free object holds a lin
 
 typedef struct cm_thread_cache {
     cm_free_list lists[CM_CLASSES_MAX]; /* lists[0] is never used: class 0 means "not small" */
-    int64_t sample_left;                /* bytes the fast path may hand out before a sample point
-                                           (prof.c); never below 0, 0 forever without sampling */
+    int64_t sample_left;                /* while sampling, bytes the thread's pops may hand out
+                                           before a sample point (api.c, prof.c); never below 0 */
     size_t capacity;              /* sum of max_length * class size: what the lists may hold */
     size_t max_size;              /* budget for published_size: grows from a small start, drawn
                                      from a global pool */
