@@ -49,8 +49,7 @@ static inline void cm_free(void *p)
         if (CM_LIKELY(offset * list->start_magic < list->start_limit &&
                       ((uintptr_t *)p)[1] != mark)) {
             if (CM_LIKELY(--list->room >= 0)) {
-                cm_link_set_marked(p, list->head, mark);
-                list->head = p;
+                cm_free_list_push(list, p, mark);
                 return;
             }
             list->room = 0; /* it had none */

@@ -117,7 +117,11 @@ typedef struct cm_option_values {
 } cm_option_values;
 #define CM_STATS_JSON 2 /* CMALLOC_STATS=json */
 extern cm_option_values cm_option;
-
+void cm_options_init(char **environment);
+void cm_options_print(int fd);
+/* Option number index (0, 1, ... until false): its upper-case name, value, and keyword when
+ * the value is the option's keyword value (else NULL). */
+bool cm_option_at(unsigned index, const char **name, int64_t *value, const char **keyword);
 /* How often the caches look for what has been idle a release delay (when release is on). */
 static inline uint64_t cm_release_interval_ms(void)
 {
@@ -125,11 +129,6 @@ static inline uint64_t cm_release_interval_ms(void)
                ? (uint64_t)cm_option.release_delay_ms
                : CM_RELEASE_CHECK_MIN_MS;
 }
-void cm_options_init(char **environment);
-void cm_options_print(int fd);
-/* Option number index (0, 1, ... until false): its upper-case name, value, and keyword when
- * the value is the option's keyword value (else NULL). */
-bool cm_option_at(unsigned index, const char **name, int64_t *value, const char **keyword);
 
 /* metadata.c: internal memory that never comes from malloc (zeroed, never freed) */
 void *cm_metadata_alloc(size_t size);
@@ -392,6 +391,13 @@ static inline void *cm_link_next_checked(const void *object)
     if (CM_UNLIKELY((uintptr_t)next & (CM_ALIGNMENT - 1)))
         cm_report_corrupt_list(object);
     return next;
+}
+/* Puts a freed object (mark: its cm_free_mark) at the head of a thread-cache list; the caller
+ * has taken the room for it. */
+static inline void cm_free_list_push(cm_free_list *list, void *object, uintptr_t mark)
+{
+    cm_link_set_marked(object, list->head, mark);
+    list->head = object;
 }
 /* Takes the head off a thread-cache list that has one, for the program. */
 static inline void *cm_free_list_pop(cm_free_list *list)

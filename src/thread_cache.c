@@ -368,9 +368,8 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
         cm_central_give_back(size_class, object);
         return;
     }
-    cm_link_set(object, list->head);
-    list->head = object;
     list->room--;
+    cm_free_list_push(list, object, cm_free_mark(object));
     publish(cache, size_class);
 }
 
@@ -458,6 +457,27 @@ void cm_thread_cache_fork(int phase)
     }
 }
 
+/* Takes object off list if it is there, looking no further than the list's max_length entries
+ * nor past the first that is not a free object of size_class (the list may be half-updated). */
+static bool unlink_object(cm_free_list *list, unsigned size_class, void *object)
+{
+    void *previous = NULL, *entry = list->head;
+    for (uint32_t n = 0;
+         n <= list->max_length && entry != NULL && cm_is_free_object_of(size_class, entry); n++) {
+        void *next = cm_link_next(entry);
+        if (entry == object) {
+            if (previous == NULL)
+                list->head = next;
+            else
+                cm_link_relink(previous, next);
+            return true;
+        }
+        previous = entry;
+        entry = next;
+    }
+    return false;
+}
+
 /* A free of an object that carries the free mark, in a forked child: true (and the object
  * handed out again, so that the free goes on as an ordinary one) when it sits on a list of a
  * cache the fork left behind. glibc's child frees again what a parent thread had freed just
@@ -472,24 +492,11 @@ bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
         return false;
     bool found = false;
     cm_lock_acquire(&registry_lock);
-    for (cm_thread_cache *cache = left_behind; cache != NULL && !found; cache = cache->next) {
-        cm_free_list *list = &cache->lists[size_class];
-        void *previous = NULL, *entry = list->head;
-        for (uint32_t n = 0;
-             n <= list->max_length && entry != NULL && cm_is_free_object_of(size_class, entry);
-             n++, previous = entry, entry = cm_link_next(entry)) {
-            if (entry != object)
-                continue;
-            if (previous == NULL)
-                list->head = cm_link_next(entry);
-            else
-                cm_link_relink(previous, cm_link_next(entry));
-            cm_object_hand_out(entry);
-            found = true;
-            break;
-        }
-    }
+    for (cm_thread_cache *cache = left_behind; cache != NULL && !found; cache = cache->next)
+        found = unlink_object(&cache->lists[size_class], size_class, object);
     cm_lock_release(&registry_lock);
+    if (found)
+        cm_object_hand_out(object);
     return found;
 }
 
