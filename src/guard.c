@@ -39,7 +39,9 @@
  * block's address and size and its allocation and free stacks, then passes the signal on: to
  * the handler the program installed before cmalloc, or by restoring the default action and
  * returning, so that the access faults again and the process dies as it would have. A handler
- * the program installs later replaces this one (its choice). Faults elsewhere pass on untouched.
+ * the program installs later replaces this one (its choice). Faults elsewhere pass on untouched,
+ * and a SIGSEGV that was sent (kill, raise: it does not repeat) is raised again with the
+ * default action, so the process dies of it as it would without cmalloc.
  * Lock: guard_lock guards the slots, the cursor and the count of openings, with mprotect done
  * under it so a slot is never handed out before its page is open, nor again before it is
  * closed; taken alone. The fault handler reads the slots without it: the faulting thread may
@@ -298,29 +300,45 @@ static void report_fault(uintptr_t address)
     report_stacks(s);
 }
 
+/* Passes a SIGSEGV on as if cmalloc had installed no handler: to the program's earlier handler,
+ * or to the default action. A fault (sent false) returns and faults again, now with the default
+ * action in place; a signal sent by kill, raise, pthread_kill or sigqueue does not repeat, so
+ * it is raised again (SA_NODEFER: it is not blocked here) and kills the process at once. One
+ * the program ignored stays ignored; a real fault is never ignored by the kernel either. */
+static void pass_on(int signal_number, siginfo_t *info, void *context, bool sent)
+{
+    if ((previous_action.sa_flags & SA_SIGINFO) && previous_action.sa_sigaction != NULL) {
+        previous_action.sa_sigaction(signal_number, info, context);
+        return;
+    }
+    if (previous_action.sa_handler == SIG_IGN && sent)
+        return;
+    if (previous_action.sa_handler != SIG_DFL && previous_action.sa_handler != SIG_IGN) {
+        previous_action.sa_handler(signal_number);
+        return;
+    }
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGSEGV, &action, NULL);
+    if (sent)
+        raise(SIGSEGV);
+}
+
 static void on_fault(int signal_number, siginfo_t *info, void *context)
 {
     uintptr_t address = (uintptr_t)info->si_addr;
-    /* A closed page faults with SEGV_ACCERR, a guard marker with SEGV_MAPERR (the kernel
-     * treats it as no page); the whole pool is mapped, so either is cmalloc's. */
-    if ((info->si_code == SEGV_ACCERR || info->si_code == SEGV_MAPERR) &&
+    /* si_code <= 0: sent by a process (SI_USER, SI_QUEUE, SI_TKILL), not a fault; its si_addr
+     * means nothing. A closed page faults with SEGV_ACCERR, a guard marker with SEGV_MAPERR
+     * (the kernel treats it as no page); the whole pool is mapped, so either is cmalloc's. */
+    bool sent = info->si_code <= 0;
+    if (!sent && (info->si_code == SEGV_ACCERR || info->si_code == SEGV_MAPERR) &&
         cm_guard_owns((void *)address) && !fault_reported) {
         fault_reported = 1;
         report_fault(address);
     }
-    if ((previous_action.sa_flags & SA_SIGINFO) && previous_action.sa_sigaction != NULL) {
-        previous_action.sa_sigaction(signal_number, info, context);
-    } else if (previous_action.sa_handler != SIG_DFL && previous_action.sa_handler != SIG_IGN) {
-        previous_action.sa_handler(signal_number);
-    } else {
-        /* Default action: restore it and return; the access faults again and kills the
-         * process (with a core dump where enabled), as it would have without cmalloc. */
-        struct sigaction action;
-        memset(&action, 0, sizeof action);
-        action.sa_handler = SIG_DFL;
-        sigemptyset(&action.sa_mask);
-        sigaction(SIGSEGV, &action, NULL);
-    }
+    pass_on(signal_number, info, context, sent);
 }
 
 /* Reserves the pool and installs the fault handler; false (guarding stays off) on failure. */

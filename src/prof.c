@@ -40,8 +40,9 @@
  *   stacks   open addressing by a hash of the frames, STACK_SLOTS of up to STACK_DEPTH return
  *            addresses, never removed (guard.c keeps their ids); when full, new stacks share
  *            stack 1, which has no frames
- * Lock: prof_lock guards both tables. It is taken alone: unwinding, allocation and guard.c's
- * lock all happen outside it, so fork may take it first.
+ * Lock: prof_lock guards both tables. It is taken alone: unwinding, allocation, guard.c's lock
+ * and anything that asks the loader (naming frames) happen outside it, so fork may take it
+ * first and a thread inside dlopen, holding the loader's lock, may always take it.
  * Output: the profile (cmalloc_prof_dump, CMALLOC_PROF_DUMP at exit, CMALLOC_PROF_SIGNAL) is
  * pprof's legacy heap-profile text followed by /proc/self/maps; the leak report
  * (CMALLOC_PROF_LEAKS) is text symbolised with dladdr. The signal handler only sets a flag; the
@@ -847,9 +848,17 @@ static void install_dump_signal(void)
     }
 }
 
-/* The leak report: live samples grouped by stack, largest estimated bytes first. */
+/* The leak report: live samples grouped by stack, largest estimated bytes first. What it shows
+ * is copied under prof_lock and the frames are named after its release: naming asks the loader
+ * (dladdr, dl_iterate_phdr), whose lock a thread inside dlopen may hold while its sampled
+ * allocation waits for prof_lock. Stack entries never change once made, so an id is enough. */
 static void report_leaks(int fd)
 {
+    struct {
+        uint32_t stack, samples;
+        double count, bytes;
+    } shown[LEAK_STACKS_SHOWN];
+    unsigned shown_count = 0;
     cm_message m = {.length = 0};
     double live_count, live_bytes;
     cm_lock_acquire(&prof_lock);
@@ -857,6 +866,21 @@ static void report_leaks(int fd)
     size_t live_samples = sample_count, live_stacks = 0;
     for (size_t i = 0; i < STACK_SLOTS; i++)
         live_stacks += stacks[i].samples_live != 0;
+    for (; shown_count < LEAK_STACKS_SHOWN; shown_count++) {
+        stack_entry *largest = NULL;
+        for (size_t i = 0; i < STACK_SLOTS; i++)
+            if (stacks[i].samples_live != 0 &&
+                (largest == NULL || stacks[i].live_bytes > largest->live_bytes))
+                largest = &stacks[i];
+        if (largest == NULL)
+            break;
+        shown[shown_count].stack = (uint32_t)(largest - stacks) + 1;
+        shown[shown_count].samples = largest->samples_live;
+        shown[shown_count].count = largest->live_count;
+        shown[shown_count].bytes = largest->live_bytes;
+        largest->samples_live = 0;
+    }
+    cm_lock_release(&prof_lock);
     cm_message_str(&m, "cmalloc: leak report: about ");
     cm_message_uint(&m, rounded(live_bytes));
     cm_message_str(&m, " bytes in ");
@@ -869,26 +893,17 @@ static void report_leaks(int fd)
     cm_message_uint(&m, cm_option.prof_rate);
     cm_message_str(&m, " bytes on average)\n");
     cm_message_write(&m, fd);
-    for (unsigned shown = 0; shown < LEAK_STACKS_SHOWN; shown++) {
-        stack_entry *largest = NULL;
-        for (size_t i = 0; i < STACK_SLOTS; i++)
-            if (stacks[i].samples_live != 0 &&
-                (largest == NULL || stacks[i].live_bytes > largest->live_bytes))
-                largest = &stacks[i];
-        if (largest == NULL)
-            break;
+    for (unsigned i = 0; i < shown_count; i++) {
         cm_message_str(&m, "  about ");
-        cm_message_uint(&m, rounded(largest->live_bytes));
+        cm_message_uint(&m, rounded(shown[i].bytes));
         cm_message_str(&m, " bytes in ");
-        cm_message_uint(&m, rounded(largest->live_count));
+        cm_message_uint(&m, rounded(shown[i].count));
         cm_message_str(&m, " allocations (");
-        cm_message_uint(&m, largest->samples_live);
+        cm_message_uint(&m, shown[i].samples);
         cm_message_str(&m, " samples) allocated at:\n");
         cm_message_write(&m, fd);
-        largest->samples_live = 0;
-        cm_prof_stack_print((uint32_t)(largest - stacks) + 1, fd);
+        cm_prof_stack_print(shown[i].stack, fd);
     }
-    cm_lock_release(&prof_lock);
 }
 
 /* Freed sample pages in the stash: LARGE spans to the page heap, free to the program. */
