@@ -96,6 +96,6 @@ __attribute__((constructor(101))) static void init_early(void)
 {
     if (!cm_is_initialized())
         cm_init();
-    cm_prof_load_unwinder();
+    cm_prof_start();
     cm_background_start();
 }

@@ -300,7 +300,7 @@ extern int cm_sampling;
  * off. */
 extern uint32_t cm_sample_charge[CM_CLASSES_MAX];
 void cm_prof_init(void);
-void cm_prof_load_unwinder(void);
+void cm_prof_start(void);
 void *cm_sample_alloc(size_t size);
 bool cm_sample_free(void *p, const char *caller);
 bool cm_sample_realloc_moves(const void *p, size_t *old_size);

@@ -58,6 +58,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unwind.h>
 
 #define STACK_DEPTH       32
@@ -216,7 +217,7 @@ static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *ar
     return keep_frame(arg, _Unwind_GetIP(context)) ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
-/* libunwind's unw_backtrace, when cm_prof_load_unwinder could load it: it caches how to step
+/* libunwind's unw_backtrace, when cm_prof_start could load it: it caches how to step
  * over each return address, where libgcc's _Unwind_Backtrace interprets the DWARF call-frame
  * rules of every frame every time (scripts/prof-cost.sh --instructions, profiler on,
  * malloc(1000)+free: 120 instructions a pair with libgcc, 98 with libunwind). */
@@ -987,6 +988,25 @@ static bool tables_init(void)
     return true;
 }
 
+/* Whether the program is statically linked: it names no program interpreter. getauxval reads
+ * what the kernel handed over, set up before libc's first allocation. */
+static bool program_is_static(void)
+{
+    const ElfW(Phdr) *headers = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+    size_t count = getauxval(AT_PHNUM);
+    for (size_t i = 0; headers != NULL && i < count; i++)
+        if (headers[i].p_type == PT_INTERP)
+            return false;
+    return true;
+}
+
+static void start_sampling(void)
+{
+    cm_sampling = prof_on || guard_on;
+    if (cm_sampling)
+        cm_fast_path_classes = &no_class;
+}
+
 /* Called by cm_init with the options read, before any allocation is served. */
 void cm_prof_init(void)
 {
@@ -1014,19 +1034,27 @@ void cm_prof_init(void)
     }
     if (prof_on && cm_option.prof_signal)
         install_dump_signal();
-    cm_sampling = prof_on || guard_on;
-    if (cm_sampling)
-        cm_fast_path_classes = &no_class;
+    /* A static program's libc makes its first allocations before it can unwind (libgcc's
+     * unwinder aborts there: no frame tables yet), so there sampling starts in the library's
+     * constructor (cm_prof_start), once libc is set up. */
+    if (!program_is_static())
+        start_sampling();
 }
 
-/* Loads libunwind (Debian's libunwind8) for the profiler and the guard, when either is on and
- * the library is there; else stacks come from libgcc. From the library's constructor only: dlopen
- * allocates and takes the loader's lock, which an allocation may already hold. RTLD_LOCAL keeps its
- * _Unwind_Backtrace and backtrace from interposing on the program's. */
-void cm_prof_load_unwinder(void)
+/* From the library's constructor. Loads libunwind (Debian's libunwind8) for the profiler and the
+ * guard, when either is on and the library is there; else stacks come from libgcc. Only here:
+ * dlopen allocates and takes the loader's lock, which an allocation may already hold. RTLD_LOCAL
+ * keeps its _Unwind_Backtrace and backtrace from interposing on the program's. A static program
+ * loads nothing (libunwind's TLS cannot be set up by a static program's dlopen: it crashed in
+ * __tls_get_addr) and starts sampling here. */
+void cm_prof_start(void)
 {
-    if (!cm_sampling)
+    if (!prof_on && !guard_on)
         return;
+    if (program_is_static()) {
+        start_sampling();
+        return;
+    }
     thread_sampler.busy++;
     int saved_errno = errno;
     void *library = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);

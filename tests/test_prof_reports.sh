@@ -7,6 +7,8 @@
 #     timeout; at d1a4356, 13 of 40 runs hung);
 #   - a SIGSEGV sent with raise, kill or pthread_kill kills the process (139) with the guard on,
 #     as it does without cmalloc;
+#   - a static program works with the profiler and the guard on (allocations, a profile with
+#     samples, a guarded overflow reported and fatal);
 # TEST_LIB_DIR (default build) is where libcmalloc.so and libcmalloc.a are taken from, so
 # that the same checks can be run against another build.
 set -u
@@ -47,6 +49,25 @@ for how in raise kill pthread_kill; do
     [ "$status" -eq 139 ] ||
         fail "SIGSEGV sent by $how with CMALLOC_GUARD_RATE=1: status $status, not 139 ($(cat "$tmp/$how.txt"))"
 done
+
+# A static program (libcmalloc.a, -static) with the profiler or the guard on: libc allocates
+# before it can unwind, and a static program cannot dlopen libunwind; both work there.
+static="$tmp/prof_reports_static"
+${CC:-cc} -O1 -g -static tests/data/prof_reports.c -o "$static" "$lib_dir/libcmalloc.a" -pthread \
+    2>"$tmp/static-build.txt" || { cat "$tmp/static-build.txt"; fail "cannot link the static program"; }
+for options in CMALLOC_GUARD_RATE=1 CMALLOC_GUARD_RATE=100 "CMALLOC_PROF=1 CMALLOC_PROF_RATE=1" \
+    "CMALLOC_PROF=1 CMALLOC_GUARD_RATE=10"; do
+    env $options "$static" work 2000 >"$tmp/static.txt" 2>&1 ||
+        fail "static program with $options: status $? ($(head -c 300 "$tmp/static.txt"))"
+done
+CMALLOC_PROF_DUMP="$tmp/static.heap" CMALLOC_PROF_RATE=4K "$static" work 2000 ||
+    fail "static program with CMALLOC_PROF_DUMP: status $?"
+grep -q '^heap profile: *[1-9]' "$tmp/static.heap" 2>/dev/null ||
+    fail "static program: no samples in the profile ($(head -1 "$tmp/static.heap" 2>&1))"
+CMALLOC_GUARD_RATE=1 "$static" overflow 2>"$tmp/static-overflow.txt"
+status=$?
+[ "$status" -eq 139 ] && grep -q 'heap buffer overflow' "$tmp/static-overflow.txt" ||
+    fail "static program, guarded overflow: status $status, not 139 with a report ($(head -c 300 "$tmp/static-overflow.txt"))"
 
 [ "$failures" -eq 0 ] || { echo "test_prof_reports: $failures failures"; exit 1; }
 echo "test_prof_reports: ok"

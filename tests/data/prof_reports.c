@@ -12,7 +12,7 @@
  *   leak-dlopen PLUGIN  leaks from 24 stacks while a second thread loads and unloads PLUGIN
  *                   without end (dlopen allocates under the loader's lock), then returns from
  *                   main: the leak report at exit meets a thread inside dlopen
- *   overflow        writes 8 bytes past the end of a 100-byte block from make_block, in
+ *   overflow        writes 12 bytes past the end of a 100-byte block from make_block, in
  *                   write_past_end
  *   use-after-free  writes into a 100-byte block after drop_block freed it
  *   raise | kill | pthread_kill   sends itself SIGSEGV that way; prints "survived" and exits 1
@@ -121,7 +121,7 @@ __attribute__((noinline)) char *make_block(size_t size)
 
 __attribute__((noinline)) void write_past_end(char *p, size_t size)
 {
-    p[size + 8] = 'x';
+    p[size + 12] = 'x'; /* past the 16-byte rounding, into the guard page */
 }
 
 __attribute__((noinline)) void drop_block(char *p)
