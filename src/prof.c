@@ -783,6 +783,22 @@ CM_EXPORT int cmalloc_prof_dump(const char *path)
     return result;
 }
 
+/* Writes the profile to path; a failure is said on stderr, once (each dump is one file). */
+static bool dump_or_say(const char *path)
+{
+    if (cmalloc_prof_dump(path) == 0)
+        return true;
+    const char *reason = strerrorname_np(errno); /* a constant string: nothing allocated */
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: could not write the heap profile to ");
+    cm_message_str(&m, path);
+    cm_message_str(&m, " (");
+    cm_message_str(&m, reason != NULL ? reason : "error");
+    cm_message_str(&m, ")\n");
+    cm_message_write(&m, 2);
+    return false;
+}
+
 static void on_dump_signal(int signal_number)
 {
     (void)signal_number;
@@ -806,45 +822,81 @@ static void dump_on_signal(void)
         return;
     name.text[name.length] = '\0';
     int saved = errno; /* inside malloc: errno comes out as it went in */
-    cmalloc_prof_dump(name.text);
+    dump_or_say(name.text);
     errno = saved;
 }
 
-/* A signal by name (SIGUSR2, USR2) or number; 0 when not recognised. */
-static int signal_number(const char *text)
+/* A decimal number of at most 4 digits at *text, advanced past it; -1 when there is none. */
+static int small_number(const char **text)
 {
-    static const struct {
-        const char *name;
-        int number;
-    } names[] = {
-        {"USR1", SIGUSR1}, {"USR2", SIGUSR2},   {"HUP", SIGHUP},   {"PROF", SIGPROF},
-        {"URG", SIGURG},   {"WINCH", SIGWINCH}, {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},
-    };
-    if (strncmp(text, "SIG", 3) == 0)
-        text += 3;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(text, names[i].name) == 0)
-            return names[i].number;
-    int number = 0;
-    for (; *text >= '0' && *text <= '9' && number < 1000; text++)
-        number = number * 10 + (*text - '0');
-    return *text == '\0' && number > 0 && number < SIGRTMAX + 1 ? number : 0;
+    int number = -1;
+    for (int digits = 0; **text >= '0' && **text <= '9' && digits < 4; digits++, (*text)++)
+        number = (number < 0 ? 0 : number * 10) + (**text - '0');
+    return number;
 }
 
+/* A signal by name, with or without SIG (USR2, SIGINT, SIGRTMIN+3, RTMAX-1), or by number; 0
+ * when the text names none. The names are the C library's (sigabbrev_np: every signal it knows,
+ * no table of ours to fall behind). */
+static int signal_number(const char *text)
+{
+    if (strncmp(text, "SIG", 3) == 0)
+        text += 3;
+    for (int number = 1; number < SIGRTMIN; number++) {
+        const char *name = sigabbrev_np(number);
+        if (name != NULL && strcmp(text, name) == 0)
+            return number;
+    }
+    int base = strncmp(text, "RTMIN", 5) == 0 ? SIGRTMIN : strncmp(text, "RTMAX", 5) == 0 ? SIGRTMAX : 0;
+    if (base != 0) {
+        text += 5;
+        int sign = *text == '+' ? 1 : *text == '-' ? -1 : 0;
+        int offset = 0;
+        if (sign != 0) {
+            text++;
+            offset = small_number(&text);
+        }
+        int number = base + sign * offset;
+        return *text == '\0' && offset >= 0 && number >= SIGRTMIN && number <= SIGRTMAX ? number
+                                                                                      : 0;
+    }
+    int number = small_number(&text);
+    return *text == '\0' && number > 0 && number <= SIGRTMAX ? number : 0;
+}
+
+/* Installs the dump signal's handler, or says in one line why it cannot: the text names no
+ * signal, the signal cannot be caught (SIGKILL, SIGSTOP), it reports faults (a handler that
+ * only sets a flag and returns would make the faulting access repeat forever), or the system
+ * refused (the C library keeps a few numbers below SIGRTMIN for itself). */
 static void install_dump_signal(void)
 {
     int number = signal_number(cm_option.prof_signal);
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_handler = on_dump_signal;
-    action.sa_flags = SA_RESTART;
-    sigemptyset(&action.sa_mask);
-    if (number == 0 || number == SIGSEGV || number == SIGKILL || number == SIGSTOP ||
-        sigaction(number, &action, NULL) != 0) {
+    const char *why = NULL;
+    if (number == 0)
+        why = "not a signal name or number on this system";
+    else if (number == SIGKILL || number == SIGSTOP)
+        why = "this signal cannot be caught";
+    else if (number == SIGSEGV || number == SIGBUS || number == SIGFPE || number == SIGILL ||
+             number == SIGTRAP)
+        why = "this signal reports faults: a handler that returns would make them repeat";
+    else {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = on_dump_signal;
+        action.sa_flags = SA_RESTART;
+        sigemptyset(&action.sa_mask);
+        int saved = errno;
+        if (sigaction(number, &action, NULL) != 0)
+            why = "the system refused a handler for it: the C library keeps it";
+        errno = saved;
+    }
+    if (why != NULL) {
         cm_message m = {.length = 0};
         cm_message_str(&m, "cmalloc: warning: ignoring CMALLOC_PROF_SIGNAL=");
         cm_message_str(&m, cm_option.prof_signal);
-        cm_message_str(&m, " (not a signal that can be caught)\n");
+        cm_message_str(&m, " (");
+        cm_message_str(&m, why);
+        cm_message_str(&m, ")\n");
         cm_message_write(&m, 2);
     }
 }
@@ -1012,6 +1064,13 @@ void cm_prof_init(void)
 {
     if (cm_option.check)
         return; /* the debug mode wraps every block itself: no sampling beside it */
+    if (cm_option.prof_dump != NULL && cm_option.prof_dump[0] == '\0') {
+        cm_message m = {.length = 0};
+        cm_message_str(&m, "cmalloc: warning: ignoring CMALLOC_PROF_DUMP= (empty: it names no "
+                           "file to write the profile to)\n");
+        cm_message_write(&m, 2);
+        cm_option.prof_dump = NULL;
+    }
     if (cm_option.prof_leaks || cm_option.prof_dump || cm_option.prof_signal)
         cm_option.prof = 1;
     if (cm_option.prof_rate == 0)
@@ -1095,13 +1154,8 @@ __attribute__((destructor)) static void prof_at_exit(void)
     if (!prof_on)
         return;
     thread_sampler.busy++;
-    if (cm_option.prof_dump && cmalloc_prof_dump(cm_option.prof_dump) != 0) {
-        cm_message m = {.length = 0};
-        cm_message_str(&m, "cmalloc: could not write the heap profile to ");
-        cm_message_str(&m, cm_option.prof_dump);
-        cm_message_str(&m, "\n");
-        cm_message_write(&m, 2);
-    }
+    if (cm_option.prof_dump)
+        dump_or_say(cm_option.prof_dump);
     if (cm_option.prof_leaks)
         report_leaks(2);
     thread_sampler.busy--;

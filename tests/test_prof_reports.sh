@@ -9,6 +9,8 @@
 #     as it does without cmalloc;
 #   - a static program works with the profiler and the guard on (allocations, a profile with
 #     samples, a guarded overflow reported and fatal);
+#   - CMALLOC_PROF_SIGNAL by any catchable signal's name, refusals worded as they are; a dump
+#     that fails is reported once naming its file; CMALLOC_PROF_DUMP= (empty) gets one warning;
 # TEST_LIB_DIR (default build) is where libcmalloc.so and libcmalloc.a are taken from, so
 # that the same checks can be run against another build.
 set -u
@@ -68,6 +70,41 @@ CMALLOC_GUARD_RATE=1 "$static" overflow 2>"$tmp/static-overflow.txt"
 status=$?
 [ "$status" -eq 139 ] && grep -q 'heap buffer overflow' "$tmp/static-overflow.txt" ||
     fail "static program, guarded overflow: status $status, not 139 with a report ($(head -c 300 "$tmp/static-overflow.txt"))"
+
+# CMALLOC_PROF_SIGNAL takes every catchable signal by name (with or without SIG, SIGRTMIN+n);
+# a refusal says why. Each signal-requested dump writes <path>.<pid>.<n>.heap.
+for sig in SIGINT TERM SIGQUIT SIGALRM SIGRTMIN SIGRTMIN+3 SIGRTMAX-1 SIGPWR; do
+    rm -f "$tmp"/sig.*
+    CMALLOC_PROF_SIGNAL=$sig CMALLOC_PROF_RATE=1 CMALLOC_PROF_DUMP="$tmp/sig" run "$prog" \
+        signal-dump "$sig" >"$tmp/sig-out.txt" 2>&1
+    status=$?
+    [ "$status" -eq 0 ] && [ ! -s "$tmp/sig-out.txt" ] && ls "$tmp"/sig.*.1.heap >/dev/null 2>&1 ||
+        fail "CMALLOC_PROF_SIGNAL=$sig: status $status, $(ls "$tmp" | grep -c '^sig\..*heap') dumps ($(cat "$tmp/sig-out.txt"))"
+done
+expect_refusal() { # value, words the warning must hold
+    CMALLOC_PROF_SIGNAL=$1 run "$prog" nothing 2>"$tmp/refusal.txt"
+    grep -q "ignoring CMALLOC_PROF_SIGNAL=$1 ($2" "$tmp/refusal.txt" ||
+        fail "CMALLOC_PROF_SIGNAL=$1: no refusal saying '$2' ($(cat "$tmp/refusal.txt"))"
+}
+expect_refusal SIGKILL 'this signal cannot be caught'
+expect_refusal STOP 'this signal cannot be caught'
+expect_refusal SIGSEGV 'this signal reports faults'
+expect_refusal SIGNOPE 'not a signal name or number'
+expect_refusal SIGRTMIN+99 'not a signal name or number'
+
+# A dump that cannot be written is reported once, naming the file: each signal-requested one
+# (two here) and the one at exit.
+missing="$tmp/no-such-directory/app"
+CMALLOC_PROF_SIGNAL=USR1 CMALLOC_PROF_RATE=1 CMALLOC_PROF_DUMP="$missing" run "$prog" signal-dump USR1 \
+    2>"$tmp/unwritable.txt"
+for name in "$missing\.[0-9]*\.0\.heap" "$missing\.[0-9]*\.1\.heap" "$missing"; do
+    [ "$(grep -c "^cmalloc: could not write the heap profile to $name (ENOENT)\$" "$tmp/unwritable.txt")" -eq 1 ] ||
+        fail "an unwritable dump ($name) is not reported exactly once: $(cat "$tmp/unwritable.txt")"
+done
+# An empty CMALLOC_PROF_DUMP names no file: one warning saying so, no failure to write "".
+CMALLOC_PROF_DUMP= run "$prog" work 10 2>"$tmp/empty.txt"
+grep -q 'ignoring CMALLOC_PROF_DUMP= (empty' "$tmp/empty.txt" && ! grep -q 'could not write' "$tmp/empty.txt" ||
+    fail "CMALLOC_PROF_DUMP= (empty): $(cat "$tmp/empty.txt")"
 
 [ "$failures" -eq 0 ] || { echo "test_prof_reports: $failures failures"; exit 1; }
 echo "test_prof_reports: ok"

@@ -17,8 +17,8 @@
  *   use-after-free  writes into a 100-byte block after drop_block freed it
  *   raise | kill | pthread_kill   sends itself SIGSEGV that way; prints "survived" and exits 1
  *                   when it is still alive after it
- *   signal-dump SIG allocates, raises SIG (CMALLOC_PROF_SIGNAL's), allocates again (the next
- *                   slow path writes the dump), twice
+ *   signal-dump SIG allocates, raises the signal named SIG (CMALLOC_PROF_SIGNAL's), allocates
+ *                   again (the next slow path writes the dump), twice
  *   check-overflow | check-double-free | check-write-after-free | check-quarantine
  *                   the errors CMALLOC_CHECK reports, from named functions (check-quarantine:
  *                   a write to a freed block that is still quarantined when the program ends)
@@ -145,6 +145,21 @@ static void *send_to_self(void *how)
     return NULL;
 }
 
+/* The signal a name means (INT, SIGRTMIN+3, SIGRTMAX-1), as a user reads it. */
+static int signal_by_name(const char *name)
+{
+    if (strncmp(name, "SIG", 3) == 0)
+        name += 3;
+    if (strncmp(name, "RTMIN", 5) == 0)
+        return SIGRTMIN + (name[5] == '+' ? atoi(name + 6) : 0);
+    if (strncmp(name, "RTMAX", 5) == 0)
+        return SIGRTMAX - (name[5] == '-' ? atoi(name + 6) : 0);
+    for (int number = 1; number < SIGRTMIN; number++)
+        if (sigabbrev_np(number) != NULL && strcmp(sigabbrev_np(number), name) == 0)
+            return number;
+    return 0;
+}
+
 static int signal_dump(int number)
 {
     for (int i = 0; i < 2; i++) {
@@ -206,7 +221,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (strcmp(mode, "signal-dump") == 0 && argc > 2)
-        return signal_dump(atoi(argv[2]));
+        return signal_dump(signal_by_name(argv[2]));
     if (strcmp(mode, "check-overflow") == 0) {
         char *p = make_block(100);
         overflow_checked_block(p, 100);
