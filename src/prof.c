@@ -54,11 +54,13 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <unistd.h>
 #include <unwind.h>
 
 #define STACK_DEPTH       32
@@ -783,11 +785,114 @@ CM_EXPORT int cmalloc_prof_dump(const char *path)
     return result;
 }
 
-/* Writes the profile to path; a failure is said on stderr, once (each dump is one file). */
-static bool dump_or_say(const char *path)
+/* ---- the at-exit profile's file ----------------------------------------------------------
+ * Every process of a command inherits CMALLOC_PROF_DUMP (a wrapper such as timeout, a shell,
+ * make, the program, its children), so no process's exit may destroy another's profile:
+ *   %p and %e in it stand for the process id and the program's name (its executable's base
+ *   name), %% for a %;
+ *   without %p, the first process to start claims the name: a write lock on CLAIM_BYTE (far
+ *   past the end), held until it exits (close-on-exec: a program it execs no longer holds it).
+ *   The claimer empties the file, dropping an earlier run's profile. At exit a process writes
+ *   the name, unless the file already holds a profile with samples (another process's, since
+ *   the claim): then it writes <name>.<pid> and says so on stderr. The look and the write hold
+ *   the lock on CLAIM_BYTE + 1, so two processes exiting together cannot both take the name.
+ * A process that starts after the claimer has exited claims the name again (and empties it).
+ * Plain system calls on a descriptor of its own: nothing allocates. */
+#define CLAIM_BYTE ((off_t)1 << 40)
+static int claim_fd = -1;                  /* the claimed file, or -1 */
+static cm_message profile_written;         /* the file the exit's profile went to, for the leak report */
+
+/* The template with %p and %e replaced; false when it does not fit. *per_process: %p was used. */
+static bool expand_dump_path(cm_message *name, const char *template, bool *per_process)
 {
-    if (cmalloc_prof_dump(path) == 0)
-        return true;
+    name->length = 0;
+    *per_process = false;
+    for (const char *c = template; *c != '\0'; c++) {
+        if (c[0] == '%' && c[1] == 'p') {
+            cm_message_uint(name, (uint64_t)cm_os_process_id());
+            *per_process = true;
+            c++;
+        } else if (c[0] == '%' && c[1] == 'e') {
+            char exe[512];
+            int saved = errno;
+            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            errno = saved;
+            exe[n > 0 ? n : 0] = '\0';
+            const char *base = strrchr(exe, '/');
+            cm_message_str(name, base != NULL ? base + 1 : n > 0 ? exe : "unknown");
+            c++;
+        } else {
+            if (c[0] == '%' && c[1] == '%')
+                c++;
+            char one[2] = {c[0], '\0'};
+            cm_message_str(name, one);
+        }
+    }
+    if (name->length >= sizeof name->text - 16) /* room for ".<pid>" and the NUL */
+        return false;
+    name->text[name->length] = '\0';
+    return true;
+}
+
+static bool lock_byte(int fd, off_t offset, bool wait)
+{
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = offset, .l_len = 1};
+    int result;
+    do
+        result = fcntl(fd, wait ? F_SETLKW : F_SETLK, &lock);
+    while (result != 0 && wait && errno == EINTR);
+    return result == 0;
+}
+
+/* Reads a decimal number at *text, advancing past it. */
+static uint64_t read_number(const char **text)
+{
+    uint64_t value = 0;
+    for (; **text >= '0' && **text <= '9'; (*text)++)
+        value = value * 10 + (uint64_t)(**text - '0');
+    return value;
+}
+
+/* Whether the file holds a profile with samples: "heap profile: <live>: <bytes> [<count>: ..." */
+static bool file_holds_samples(int fd)
+{
+    char head[96];
+    ssize_t n = pread(fd, head, sizeof head - 1, 0);
+    if (n <= 0)
+        return false;
+    head[n] = '\0';
+    const char *text = head;
+    if (strncmp(text, "heap profile: ", 14) != 0)
+        return n > 0; /* not a profile of ours: someone's file, not to be destroyed either */
+    text += 14;
+    uint64_t live = read_number(&text);
+    while (*text == ':' || *text == ' ')
+        text++;
+    read_number(&text);
+    while (*text == ' ' || *text == '[')
+        text++;
+    return live > 0 || read_number(&text) > 0;
+}
+
+/* From the constructor: the first process of a command to start claims the name (above). */
+static void claim_dump_path(void)
+{
+    cm_message name;
+    bool per_process;
+    if (cm_option.prof_dump == NULL ||
+        !expand_dump_path(&name, cm_option.prof_dump, &per_process) || per_process)
+        return;
+    int saved = errno;
+    int fd = open(name.text, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0 && lock_byte(fd, CLAIM_BYTE, false) && ftruncate(fd, 0) == 0)
+        claim_fd = fd;
+    else if (fd >= 0)
+        close(fd); /* this process holds no lock on it: closing drops none */
+    errno = saved;
+}
+
+static void say_dump_failed(const char *path)
+{
     const char *reason = strerrorname_np(errno); /* a constant string: nothing allocated */
     cm_message m = {.length = 0};
     cm_message_str(&m, "cmalloc: could not write the heap profile to ");
@@ -796,7 +901,59 @@ static bool dump_or_say(const char *path)
     cm_message_str(&m, reason != NULL ? reason : "error");
     cm_message_str(&m, ")\n");
     cm_message_write(&m, 2);
+}
+
+/* Writes the profile to path; a failure is said on stderr, once (each dump is one file). */
+static bool dump_or_say(const char *path)
+{
+    if (cmalloc_prof_dump(path) == 0)
+        return true;
+    say_dump_failed(path);
     return false;
+}
+
+/* The profile at exit, to CMALLOC_PROF_DUMP's file for this process (above). */
+static void dump_at_exit(void)
+{
+    cm_message name;
+    bool per_process;
+    if (!expand_dump_path(&name, cm_option.prof_dump, &per_process)) {
+        errno = ENAMETOOLONG;
+        say_dump_failed(cm_option.prof_dump);
+        return;
+    }
+    int fd = per_process ? -1 : open(name.text, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) { /* %p, or the name cannot be opened (the failure is said) */
+        if (dump_or_say(name.text))
+            profile_written = name;
+        return;
+    }
+    lock_byte(fd, CLAIM_BYTE + 1, true);
+    if (!file_holds_samples(fd)) {
+        bool written = ftruncate(fd, 0) == 0 && write_profile(fd) == 0;
+        if (close(fd) != 0 || !written) { /* closing drops this process's locks on it */
+            errno = EIO;
+            say_dump_failed(name.text);
+        } else {
+            profile_written = name;
+        }
+        return;
+    }
+    cm_message own = name;
+    cm_message_str(&own, ".");
+    cm_message_uint(&own, (uint64_t)cm_os_process_id());
+    own.text[own.length] = '\0';
+    if (dump_or_say(own.text)) {
+        profile_written = own;
+        cm_message m = {.length = 0};
+        cm_message_str(&m, "cmalloc: heap profile written to ");
+        cm_message_str(&m, own.text);
+        cm_message_str(&m, " (");
+        cm_message_str(&m, name.text);
+        cm_message_str(&m, " holds another process's profile)\n");
+        cm_message_write(&m, 2);
+    }
+    close(fd);
 }
 
 static void on_dump_signal(int signal_number)
@@ -805,14 +962,18 @@ static void on_dump_signal(int signal_number)
     dump_requested = 1;
 }
 
-/* <CMALLOC_PROF_DUMP or "cmalloc">.<pid>.<sequence>.heap, written by the first sampling slow path
+/* <CMALLOC_PROF_DUMP (expanded) or "cmalloc">.<pid>.<sequence>.heap, written by the first sampling slow path
  * after the signal. */
 static void dump_on_signal(void)
 {
     if (!__atomic_exchange_n(&dump_requested, 0, __ATOMIC_ACQ_REL))
         return;
-    cm_message name = {.length = 0};
-    cm_message_str(&name, cm_option.prof_dump ? cm_option.prof_dump : "cmalloc");
+    cm_message name;
+    bool per_process;
+    int saved = errno; /* inside malloc: errno comes out as it went in */
+    if (!expand_dump_path(&name, cm_option.prof_dump ? cm_option.prof_dump : "cmalloc",
+                          &per_process))
+        return;
     cm_message_str(&name, ".");
     cm_message_uint(&name, (uint64_t)cm_os_process_id());
     cm_message_str(&name, ".");
@@ -821,7 +982,6 @@ static void dump_on_signal(void)
     if (name.length >= sizeof name.text)
         return;
     name.text[name.length] = '\0';
-    int saved = errno; /* inside malloc: errno comes out as it went in */
     dump_or_say(name.text);
     errno = saved;
 }
@@ -945,6 +1105,11 @@ static void report_leaks(int fd)
     cm_message_str(&m, " samples, one per ");
     cm_message_uint(&m, cm_option.prof_rate);
     cm_message_str(&m, " bytes on average)\n");
+    if (profile_written.length != 0) {
+        cm_message_str(&m, "  the heap profile at exit was written to ");
+        cm_message_str(&m, profile_written.text);
+        cm_message_str(&m, "\n");
+    }
     cm_message_write(&m, fd);
     for (unsigned i = 0; i < shown_count; i++) {
         cm_message_str(&m, "  about ");
@@ -1110,6 +1275,7 @@ void cm_prof_start(void)
 {
     if (!prof_on && !guard_on)
         return;
+    claim_dump_path();
     if (program_is_static()) {
         start_sampling();
         return;
@@ -1155,7 +1321,9 @@ __attribute__((destructor)) static void prof_at_exit(void)
         return;
     thread_sampler.busy++;
     if (cm_option.prof_dump)
-        dump_or_say(cm_option.prof_dump);
+        dump_at_exit();
+    if (claim_fd >= 0)
+        close(claim_fd); /* the claim ends with the profile written */
     if (cm_option.prof_leaks)
         report_leaks(2);
     thread_sampler.busy--;

@@ -11,6 +11,8 @@
 #     samples, a guarded overflow reported and fatal);
 #   - CMALLOC_PROF_SIGNAL by any catchable signal's name, refusals worded as they are; a dump
 #     that fails is reported once naming its file; CMALLOC_PROF_DUMP= (empty) gets one warning;
+#   - the profile at exit survives wrappers (timeout, sh -c) and several children of one parent
+#     (google-pprof names the program's function from the file), %p and %e name files;
 # TEST_LIB_DIR (default build) is where libcmalloc.so and libcmalloc.a are taken from, so
 # that the same checks can be run against another build.
 set -u
@@ -105,6 +107,39 @@ done
 CMALLOC_PROF_DUMP= run "$prog" work 10 2>"$tmp/empty.txt"
 grep -q 'ignoring CMALLOC_PROF_DUMP= (empty' "$tmp/empty.txt" && ! grep -q 'could not write' "$tmp/empty.txt" ||
     fail "CMALLOC_PROF_DUMP= (empty): $(cat "$tmp/empty.txt")"
+
+# The profile at exit under a wrapper, a shell and as several children of one parent: no
+# process's exit destroys another's profile; the program's function is named by google-pprof
+# from CMALLOC_PROF_DUMP's file (the program exits before the wrapper), and each child's
+# profile is in a file of its own.
+names_work() { # profile: google-pprof names the program's allocating function from it
+    google-pprof --text "$prog" "$1" 2>/dev/null | grep -q allocate_in_work_function
+}
+command -v google-pprof >/dev/null || fail "google-pprof is missing (run scripts/deps.sh)"
+for wrapper in "timeout 60" "sh -c" "children"; do
+    rm -f "$tmp"/w.heap*
+    case $wrapper in
+    "sh -c") CMALLOC_PROF_DUMP="$tmp/w.heap" CMALLOC_PROF_RATE=4K run sh -c "\"$prog\" work 2000; true" ;;
+    children) CMALLOC_PROF_DUMP="$tmp/w.heap" CMALLOC_PROF_RATE=4K run "$prog" children 3 2>/dev/null ;;
+    *) CMALLOC_PROF_DUMP="$tmp/w.heap" CMALLOC_PROF_RATE=4K run $wrapper "$prog" work 2000 2>/dev/null ;;
+    esac
+    names_work "$tmp/w.heap" ||
+        fail "under $wrapper, w.heap does not name the program's function ($(head -1 "$tmp/w.heap" 2>&1))"
+    if [ "$wrapper" = children ]; then
+        named=0
+        for f in "$tmp"/w.heap*; do names_work "$f" && named=$((named + 1)); done
+        [ "$named" -eq 4 ] || fail "3 children and their parent: $named profiles name the function, not 4 ($(ls "$tmp"))"
+    fi
+done
+# A second run replaces the first run's profile (the first process to start empties it).
+CMALLOC_PROF_DUMP="$tmp/w.heap" CMALLOC_PROF_RATE=4K run "$prog" nothing 2>"$tmp/rerun.txt"
+[ ! -s "$tmp/rerun.txt" ] && ! names_work "$tmp/w.heap" ||
+    fail "a second run did not write w.heap itself ($(cat "$tmp/rerun.txt"))"
+# %p and %e: the process id and the program's name.
+rm -f "$tmp"/p.*
+CMALLOC_PROF_DUMP="$tmp/p.%e.%p.heap" CMALLOC_PROF_RATE=4K run sh -c "\"$prog\" work 2000; true"
+set -- "$tmp"/p.prof_reports.[0-9]*.heap
+[ -f "$1" ] && names_work "$1" || fail "CMALLOC_PROF_DUMP with %e and %p: $(ls "$tmp")"
 
 [ "$failures" -eq 0 ] || { echo "test_prof_reports: $failures failures"; exit 1; }
 echo "test_prof_reports: ok"
