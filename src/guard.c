@@ -35,8 +35,9 @@
  * forked in between revives the slot, cm_guard_fork).
  *
  * Faults: a SIGSEGV handler installed at init looks the faulting address up. Inside the pool it
- * prints (write(2), dladdr; nothing allocates) the address, overflow or use after free, the
- * block's address and size and its allocation and free stacks, then passes the signal on: to
+ * prints (write(2), prof.c's printers; nothing allocates) the address, overflow or use after
+ * free, the block's address and size, the stack of the faulting access (unwound from the
+ * signal's context), and the block's allocation and free stacks, then passes the signal on: to
  * the handler the program installed before cmalloc, or by restoring the default action and
  * returning, so that the access faults again and the process dies as it would have. A handler
  * the program installs later replaces this one (its choice). Faults elsewhere pass on untouched,
@@ -240,10 +241,15 @@ uint64_t cm_guard_openings(size_t *slots_per_opening)
 /* The stacks are prof.c's (the profiler interns them; guard.c keeps their ids): prof.c hands
  * its printer over at init, so guard.c, beneath the profiler, never calls up into it. */
 static cm_stack_printer stack_printer;
+static cm_context_printer access_printer;
 
-static void report_stacks(const guard_slot *slot)
+/* The access first (where the program went wrong), then where the block came from. */
+static void report_stacks(const guard_slot *slot, const void *context)
 {
     cm_message m = {.length = 0};
+    cm_message_str(&m, "  the access, at:\n");
+    cm_message_write(&m, 2);
+    access_printer(context, 2);
     cm_message_str(&m, "  allocated at:\n");
     cm_message_write(&m, 2);
     stack_printer(slot->alloc_stack, 2);
@@ -256,7 +262,7 @@ static void report_stacks(const guard_slot *slot)
 
 /* What the access at address hit: the block before a guard page (overflow), a freed block
  * (use after free), or nothing cmalloc handed out. */
-static void report_fault(uintptr_t address)
+static void report_fault(uintptr_t address, const void *context)
 {
     cm_message m = {.length = 0};
     size_t page = (address - pool_start) / PAGE;
@@ -297,7 +303,7 @@ static void report_fault(uintptr_t address)
     cm_message_hex(&m, object);
     cm_message_str(&m, s->state == SLOT_FREED ? ", freed\n" : "\n");
     cm_message_write(&m, 2);
-    report_stacks(s);
+    report_stacks(s, context);
 }
 
 /* Passes a SIGSEGV on as if cmalloc had installed no handler: to the program's earlier handler,
@@ -336,15 +342,16 @@ static void on_fault(int signal_number, siginfo_t *info, void *context)
     if (!sent && (info->si_code == SEGV_ACCERR || info->si_code == SEGV_MAPERR) &&
         cm_guard_owns((void *)address) && !fault_reported) {
         fault_reported = 1;
-        report_fault(address);
+        report_fault(address, context);
     }
     pass_on(signal_number, info, context, sent);
 }
 
 /* Reserves the pool and installs the fault handler; false (guarding stays off) on failure. */
-bool cm_guard_init(cm_stack_printer print_stack)
+bool cm_guard_init(cm_stack_printer print_stack, cm_context_printer print_access)
 {
     stack_printer = print_stack;
+    access_printer = print_access;
     size_t count = cm_option.guard_slots;
     if (count == 0)
         return false;

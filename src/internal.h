@@ -284,7 +284,8 @@ void cm_check_fork(int phase);
 /* guard.c: CMALLOC_GUARD_RATE, objects on their own page before a PROT_NONE guard */
 #define CM_GUARD_MAX_SIZE 4096 /* larger requests are never guarded */
 typedef void (*cm_stack_printer)(uint32_t stack, int fd);
-bool cm_guard_init(cm_stack_printer print_stack);
+typedef void (*cm_context_printer)(const void *signal_context, int fd);
+bool cm_guard_init(cm_stack_printer print_stack, cm_context_printer print_access);
 void *cm_guard_alloc(size_t size, uint32_t stack);
 bool cm_guard_owns(const void *p);
 void cm_guard_free(void *p, const char *caller, uint32_t stack);

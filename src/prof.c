@@ -44,9 +44,11 @@
  * and anything that asks the loader (naming frames) happen outside it, so fork may take it
  * first and a thread inside dlopen, holding the loader's lock, may always take it.
  * Output: the profile (cmalloc_prof_dump, CMALLOC_PROF_DUMP at exit, CMALLOC_PROF_SIGNAL) is
- * pprof's legacy heap-profile text followed by /proc/self/maps; the leak report
- * (CMALLOC_PROF_LEAKS) is text symbolised with dladdr. The signal handler only sets a flag; the
- * next sampling slow path writes the file. Output is formatted on the stack, written through os.c.
+ * pprof's legacy heap-profile text followed by /proc/self/maps, to per-process names (the
+ * at-exit profile's file, below); the leak report (CMALLOC_PROF_LEAKS) and guard.c's reports
+ * name frames from each object's symbol table, read at report time (naming frames, below). The
+ * signal handler only sets a flag; the next sampling slow path writes the file. Output is
+ * formatted on the stack, written through os.c or straight to a descriptor of its own.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -58,8 +60,11 @@
 #include <link.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <ucontext.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -196,6 +201,7 @@ typedef struct unwind_state {
     unsigned depth;
     uintptr_t boundary; /* return address of the hook: frames before it are ours */
     int kept;           /* the boundary frame was seen */
+    int boundary_ours;  /* the boundary frame is cmalloc's too (the hook was not tail-called) */
 } unwind_state;
 
 /* Takes the next return address, innermost first; false when the stack is complete. */
@@ -205,6 +211,8 @@ static bool keep_frame(unwind_state *state, uintptr_t ip)
         if (ip != state->boundary)
             return true;
         state->kept = 1;
+        if (state->boundary_ours)
+            return true;
     }
     if (ip == 0)
         return false; /* the outermost frame (_start's caller) */
@@ -270,19 +278,23 @@ static uint64_t hash_frames(const uintptr_t *frames, unsigned depth)
     return h | 1; /* never 0, the empty mark */
 }
 
-/* The id of the stack above the frame that returns to boundary, entered in the table. */
-static uint32_t capture_stack(uintptr_t boundary)
+/* The id of the stack above the frame that returns to boundary (from it on, or from the next
+ * with boundary_ours), entered in the table. boundary_ours matters where no own_text range
+ * drops cmalloc's leading frames: a program linked with libcmalloc.a. */
+static uint32_t capture_stack(uintptr_t boundary, bool boundary_ours)
 {
     /* The unwinders make system calls (libunwind probes memory with read() on a pipe): keep
      * errno, and keep a deferred pthread_cancel from acting in them, which would unwind the
      * thread out of the middle of malloc or free (tests/programs/cancel_prof.c). */
     int saved_errno = errno;
     int cancel_state = cm_os_cancel_off();
-    unwind_state state = {.depth = 0, .boundary = boundary, .kept = 0};
+    unwind_state state = {
+        .depth = 0, .boundary = boundary, .kept = 0, .boundary_ours = boundary_ours};
     unwind(&state);
     if (!state.kept) { /* the boundary frame was not found (inlined?): keep everything */
         state.kept = 1;
         state.boundary = 0;
+        state.boundary_ours = 0;
         state.depth = 0;
         unwind(&state);
     }
@@ -314,46 +326,209 @@ static uint32_t capture_stack(uintptr_t boundary)
     return id;
 }
 
-/* Appends "name+0xoff (object)" for a return address, or just the address. */
-static void describe_address(cm_message *m, uintptr_t address)
+/* ---- naming frames --------------------------------------------------------------------------
+ * At report time only, and never with malloc or a lock of ours held (a guard fault's handler
+ * names frames too). The object holding an address and its load bias come from the loader's
+ * list (dl_iterate_phdr); the function from the object's own symbol table, read from its file:
+ * .symtab, which dladdr never sees (a program built without -rdynamic exports none of its
+ * functions), or .dynsym when the file is stripped, mapped with mmap and unmapped after. Then
+ * dladdr's name; then none. A frame prints as
+ *     0x<address> <function>+0x<off> (<object>+0x<vaddr>)    or    0x<address> (<object>+0x<vaddr>)
+ * where vaddr is the looked-up address in the object's own numbering, so that
+ * `addr2line -f -e <object> <vaddr>` (scripts/cmalloc-symbolize) gives function and line. A
+ * return address is looked up one byte back, inside its call instruction (it may be the first
+ * byte of the next function). */
+typedef struct object_lookup {
+    uintptr_t address; /* in: the address to place */
+    uintptr_t bias;    /* out: the object's load bias (ELF addresses + bias = run-time ones) */
+    const char *name;  /* out: its path as the loader has it ("" for the program), or NULL */
+} object_lookup;
+
+static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
-    Dl_info info;
-    cm_message_hex(m, address);
-    /* address - 1: a return address may already be past the end of the calling function */
-    if (dladdr((void *)(address - 1), &info) == 0)
-        return;
-    if (info.dli_sname != NULL) {
-        cm_message_str(m, " ");
-        cm_message_str(m, info.dli_sname);
-        cm_message_str(m, "+");
-        cm_message_hex(m, address - (uintptr_t)info.dli_saddr);
+    (void)size;
+    object_lookup *lookup = arg;
+    for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *segment = &info->dlpi_phdr[i];
+        if (segment->p_type == PT_LOAD &&
+            lookup->address - (info->dlpi_addr + segment->p_vaddr) < segment->p_memsz) {
+            lookup->bias = info->dlpi_addr;
+            lookup->name = info->dlpi_name;
+            return 1;
+        }
     }
-    if (info.dli_fname != NULL && info.dli_fname[0] != '\0') {
+    return 0;
+}
+
+/* The function of the object file at path holding vaddr, copied into name (bounded); its start
+ * in *start. False when the file cannot be read or no symbol holds vaddr. */
+static bool symbol_in_file(const char *path, uintptr_t vaddr, char *name, size_t capacity,
+                           uintptr_t *start)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat status;
+    void *map = fstat(fd, &status) == 0 && (size_t)status.st_size >= sizeof(ElfW(Ehdr))
+                    ? mmap(NULL, (size_t)status.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
+                    : MAP_FAILED;
+    close(fd);
+    if (map == MAP_FAILED)
+        return false;
+    size_t file_size = (size_t)status.st_size;
+    const unsigned char *file = map;
+    const ElfW(Ehdr) *header = map;
+    bool found = false;
+    if (memcmp(header->e_ident, ELFMAG, SELFMAG) == 0 && header->e_ident[EI_CLASS] == ELFCLASS64 &&
+        header->e_shentsize == sizeof(ElfW(Shdr)) && header->e_shoff < file_size &&
+        header->e_shnum <= (file_size - header->e_shoff) / sizeof(ElfW(Shdr))) {
+        const ElfW(Shdr) *sections = (const ElfW(Shdr) *)(file + header->e_shoff);
+        const ElfW(Sym) *best = NULL;
+        const char *best_names = NULL;
+        /* .symtab first; .dynsym only when there is none */
+        for (int pass = 0; pass < 2 && best == NULL; pass++) {
+            for (unsigned i = 0; i < header->e_shnum; i++) {
+                const ElfW(Shdr) *table = &sections[i];
+                if (table->sh_type != (pass == 0 ? SHT_SYMTAB : SHT_DYNSYM) ||
+                    table->sh_link >= header->e_shnum || table->sh_offset > file_size ||
+                    table->sh_size > file_size - table->sh_offset ||
+                    sections[table->sh_link].sh_offset > file_size)
+                    continue;
+                const ElfW(Sym) *symbols = (const ElfW(Sym) *)(file + table->sh_offset);
+                size_t count = table->sh_size / sizeof(ElfW(Sym));
+                for (size_t k = 0; k < count; k++) {
+                    const ElfW(Sym) *symbol = &symbols[k];
+                    unsigned type = ELF64_ST_TYPE(symbol->st_info);
+                    if ((type != STT_FUNC && type != STT_GNU_IFUNC) || symbol->st_shndx == SHN_UNDEF ||
+                        vaddr < symbol->st_value || vaddr - symbol->st_value >= symbol->st_size)
+                        continue;
+                    if (best == NULL || symbol->st_value > best->st_value) {
+                        best = symbol;
+                        best_names = (const char *)file + sections[table->sh_link].sh_offset;
+                    }
+                }
+            }
+        }
+        size_t names_end = best ? file_size - (size_t)(best_names - (const char *)file) : 0;
+        if (best != NULL && best->st_name < names_end) {
+            const char *text = best_names + best->st_name;
+            size_t n = 0;
+            while (n + 1 < capacity && n < names_end - best->st_name && text[n] != '\0') {
+                name[n] = text[n];
+                n++;
+            }
+            name[n] = '\0';
+            *start = best->st_value;
+            found = n > 0;
+        }
+    }
+    munmap(map, file_size);
+    return found;
+}
+
+/* Appends "0x<address> <function>+0x<off> (<object>+0x<vaddr>)", or what of it can be known.
+ * return_address: address is a return address (looked up one byte back). */
+static void describe_address(cm_message *m, uintptr_t address, bool return_address)
+{
+    uintptr_t lookup_address = address - (return_address ? 1 : 0);
+    cm_message_hex(m, address);
+    object_lookup object = {.address = lookup_address, .bias = 0, .name = NULL};
+    int saved = errno;
+    dl_iterate_phdr(find_object, &object);
+    char exe[256];
+    const char *path = object.name;
+    if (path != NULL && path[0] == '\0') { /* the program itself */
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = '\0';
+        path = n > 0 ? exe : NULL;
+    }
+    char function[160];
+    uintptr_t start = 0, vaddr = lookup_address - object.bias;
+    bool named = path != NULL && symbol_in_file(path, vaddr, function, sizeof function, &start);
+    Dl_info info;
+    if (!named && dladdr((void *)lookup_address, &info) != 0 && info.dli_sname != NULL) {
+        size_t n = strlen(info.dli_sname);
+        n = n < sizeof function - 1 ? n : sizeof function - 1;
+        memcpy(function, info.dli_sname, n);
+        function[n] = '\0';
+        start = (uintptr_t)info.dli_saddr - object.bias;
+        named = true;
+    }
+    errno = saved;
+    if (named) {
+        cm_message_str(m, " ");
+        cm_message_str(m, function);
+        cm_message_str(m, "+");
+        cm_message_hex(m, vaddr - start);
+    }
+    if (path != NULL) {
         cm_message_str(m, " (");
-        cm_message_str(m, info.dli_fname);
+        cm_message_str(m, path);
+        cm_message_str(m, "+");
+        cm_message_hex(m, vaddr);
         cm_message_str(m, ")");
     }
 }
 
-/* Writes a stack's frames, one a line. dladdr does not allocate. */
-void cm_prof_stack_print(uint32_t stack, int fd)
+/* Writes frames one a line, innermost first; all return addresses but, with exact_first, the
+ * first (a faulting instruction). */
+static void print_frames(const uintptr_t *frames, unsigned depth, bool exact_first, int fd)
 {
     cm_message m = {.length = 0};
+    for (unsigned i = 0; i < depth; i++) {
+        cm_message_str(&m, "    #");
+        cm_message_uint(&m, i);
+        cm_message_str(&m, " ");
+        describe_address(&m, frames[i], i > 0 || !exact_first);
+        cm_message_str(&m, "\n");
+        cm_message_write(&m, fd);
+    }
+}
+
+/* Writes a stack of the table. */
+void cm_prof_stack_print(uint32_t stack, int fd)
+{
     if (stack == 0 || stacks == NULL)
         return;
     const stack_entry *entry = &stacks[stack - 1];
     if (entry->depth == 0) {
+        cm_message m = {.length = 0};
         cm_message_str(&m, "    (no stack: the profiler's stack table is full)\n");
         cm_message_write(&m, fd);
     }
-    for (unsigned i = 0; i < entry->depth; i++) {
-        cm_message_str(&m, "    #");
-        cm_message_uint(&m, i);
-        cm_message_str(&m, " ");
-        describe_address(&m, entry->frames[i]);
-        cm_message_str(&m, "\n");
-        cm_message_write(&m, fd);
+    print_frames(entry->frames, entry->depth, false, fd);
+}
+
+/* The faulting instruction of a signal's context (a ucontext_t), 0 where not known. */
+static uintptr_t context_pc(const void *context)
+{
+#if defined(__x86_64__)
+    return (uintptr_t)((const ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+    return (uintptr_t)((const ucontext_t *)context)->uc_mcontext.pc;
+#else
+    (void)context;
+    return 0;
+#endif
+}
+
+/* Writes the stack of the access a fault interrupted, from inside its SIGSEGV handler. libgcc's
+ * unwinder steps from the handler through the kernel's signal frame into the faulting
+ * function, whose frame's address is the faulting instruction itself; the frames before it
+ * (the handler's) are dropped. It takes no lock of ours and does not allocate (the loader's
+ * lock-free _dl_find_object finds each frame's tables). When it cannot step through the
+ * signal frame, the faulting instruction alone is printed. */
+static void print_access_stack(const void *context, int fd)
+{
+    uintptr_t pc = context_pc(context);
+    unwind_state state = {.depth = 0, .boundary = pc, .kept = 0, .boundary_ours = 0};
+    if (pc != 0)
+        _Unwind_Backtrace(unwind_step, &state);
+    if (!state.kept || state.depth == 0) {
+        state.frames[0] = pc;
+        state.depth = pc != 0;
     }
+    print_frames(state.frames, state.depth, true, fd);
 }
 
 /* ---- the sample table ----------------------------------------------------------------------- */
@@ -594,7 +769,8 @@ void *cm_sample_alloc(size_t size)
         p = cm_alloc_unchecked(size);
     } else {
         s->busy = 1;
-        uint32_t stack = capture_stack((uintptr_t)__builtin_return_address(0));
+        /* reached by a tail call from the entry point: the boundary is the program's */
+        uint32_t stack = capture_stack((uintptr_t)__builtin_return_address(0), false);
         p = guard_due ? cm_guard_alloc(size, stack) : NULL;
         if (prof_due) {
             if (p == NULL)
@@ -620,7 +796,8 @@ bool cm_sample_free(void *p, const char *caller)
         uint32_t stack = 0;
         if (!s->busy) {
             s->busy = 1;
-            stack = capture_stack((uintptr_t)__builtin_return_address(0));
+            /* called from inside cm_free_slow: the boundary frame is cmalloc's */
+            stack = capture_stack((uintptr_t)__builtin_return_address(0), true);
             s->busy = 0;
         }
         if (prof_on)
@@ -1244,7 +1421,7 @@ void cm_prof_init(void)
     if (cm_option.guard_rate > 1) /* about GUARD_UNIT * rate bytes */
         guard_mean = GUARD_UNIT / (log_of(cm_option.guard_rate) - log_of(cm_option.guard_rate - 1));
     prof_on = cm_option.prof && tables_init();
-    guard_on = cm_option.guard_rate && tables_init() && cm_guard_init(cm_prof_stack_print);
+    guard_on = cm_option.guard_rate && tables_init() && cm_guard_init(cm_prof_stack_print, print_access_stack);
     for (unsigned c = 1; c < cm_class_count; c++) {
         uint32_t size = cm_classes[c].size;
         bool guardable = guard_on && size <= CM_GUARD_MAX_SIZE;

@@ -13,6 +13,10 @@
 #     that fails is reported once naming its file; CMALLOC_PROF_DUMP= (empty) gets one warning;
 #   - the profile at exit survives wrappers (timeout, sh -c) and several children of one parent
 #     (google-pprof names the program's function from the file), %p and %e name files;
+#   - leak and guard reports name the functions of a program built without -rdynamic, dynamic
+#     and static, as "function+0xoff (object+0xvaddr)"; a guard report starts with the stack of
+#     the faulting access, then the allocation's, then the free's; scripts/cmalloc-symbolize
+#     turns a frame into function file:line;
 # TEST_LIB_DIR (default build) is where libcmalloc.so and libcmalloc.a are taken from, so
 # that the same checks can be run against another build.
 set -u
@@ -140,6 +144,47 @@ rm -f "$tmp"/p.*
 CMALLOC_PROF_DUMP="$tmp/p.%e.%p.heap" CMALLOC_PROF_RATE=4K run sh -c "\"$prog\" work 2000; true"
 set -- "$tmp"/p.prof_reports.[0-9]*.heap
 [ -f "$1" ] && names_work "$1" || fail "CMALLOC_PROF_DUMP with %e and %p: $(ls "$tmp")"
+
+# Stacks name the program's functions without -rdynamic (from its .symtab), each frame as
+# "function+0xoff (object+0xvaddr)"; a guard report gives the faulting access first, then the
+# allocation (then the free); scripts/cmalloc-symbolize adds file:line with addr2line.
+frame() { # function: the pattern of a frame naming it in this program
+    echo "#[0-9]* 0x[0-9a-f]* $1+0x[0-9a-f]* ($2+0x[0-9a-f]*)"
+}
+# Line numbers of the sections of a report and of the first frame after each: each section's
+# first frame must name the function given.
+expect_sections() { # report, then pairs: section heading, function
+    report=$1
+    shift
+    last=0
+    while [ $# -ge 2 ]; do
+        at=$(grep -n "^  $1" "$report" | head -1 | cut -d: -f1)
+        first=$([ -n "$at" ] && sed -n "$((at + 1))p" "$report")
+        if [ -z "$at" ] || [ "$at" -le "$last" ] || ! echo "$first" | grep -q "$(frame "$2" "$binary")"; then
+            fail "$(basename "$report"): '$1' is not followed by a frame naming $2 in order:"
+            cat "$report"
+        fi
+        last=${at:-0}
+        shift 2
+    done
+}
+for binary in "$prog" "$static"; do
+    use() { if [ "$binary" = "$prog" ]; then run "$@"; else "$@"; fi; }
+    kind=$([ "$binary" = "$prog" ] && echo dynamic || echo static)
+    CMALLOC_PROF_LEAKS=1 CMALLOC_PROF_RATE=64K use "$binary" leak 2>"$tmp/leak-$kind.txt"
+    grep -q "$(frame leaky_function "$binary")" "$tmp/leak-$kind.txt" ||
+        { cat "$tmp/leak-$kind.txt"; fail "$kind: the leak report does not name leaky_function"; }
+    CMALLOC_GUARD_RATE=1 use "$binary" overflow 2>"$tmp/overflow-$kind.txt"
+    expect_sections "$tmp/overflow-$kind.txt" "the access, at:" write_past_end "allocated at:" make_block
+    CMALLOC_GUARD_RATE=1 use "$binary" use-after-free 2>"$tmp/uaf-$kind.txt"
+    grep -q 'use after free' "$tmp/uaf-$kind.txt" || fail "$kind: no use after free reported"
+    expect_sections "$tmp/uaf-$kind.txt" "the access, at:" write_after_drop "allocated at:" make_block \
+        "freed at:" drop_block
+done
+store_line=$(grep -n "((volatile char \*)p)\[size + 12\] = 'x';" tests/data/prof_reports.c | cut -d: -f1)
+python3 scripts/cmalloc-symbolize "$tmp/overflow-dynamic.txt" >"$tmp/symbolized.txt"
+grep -A1 'the access, at:' "$tmp/symbolized.txt" | grep -q "at write_past_end .*prof_reports.c:$store_line\$" ||
+    { cat "$tmp/symbolized.txt"; fail "cmalloc-symbolize does not give write_past_end at prof_reports.c:$store_line"; }
 
 [ "$failures" -eq 0 ] || { echo "test_prof_reports: $failures failures"; exit 1; }
 echo "test_prof_reports: ok"

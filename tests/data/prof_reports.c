@@ -121,7 +121,7 @@ __attribute__((noinline)) char *make_block(size_t size)
 
 __attribute__((noinline)) void write_past_end(char *p, size_t size)
 {
-    p[size + 12] = 'x'; /* past the 16-byte rounding, into the guard page */
+    ((volatile char *)p)[size + 12] = 'x'; /* past the 16-byte rounding, into the guard page */
 }
 
 __attribute__((noinline)) void drop_block(char *p)
@@ -131,7 +131,7 @@ __attribute__((noinline)) void drop_block(char *p)
 
 __attribute__((noinline)) void write_after_drop(char *p)
 {
-    p[10] = 'x';
+    ((volatile char *)p)[10] = 'x';
 }
 
 static void *send_to_self(void *how)
@@ -173,7 +173,7 @@ static int signal_dump(int number)
 
 __attribute__((noinline)) void overflow_checked_block(char *p, size_t size)
 {
-    p[size] = 'x';
+    ((volatile char *)p)[size] = 'x';
 }
 
 __attribute__((noinline)) void free_checked_block(char *p)
