@@ -59,12 +59,22 @@ void *cm_out_of_memory(void)
     return NULL;
 }
 
-/* Ends an error report begun in m: says what happens next, writes it, and aborts unless
- * CMALLOC_ABORT_ON_ERROR=0 (then the caller leaks the pointer and goes on). */
+/* What a layer above adds to every report after its line (check.c's stacks), or NULL. */
+static void (*report_details)(void);
+
+void cm_report_set_details(void (*details)(void))
+{
+    report_details = details;
+}
+
+/* Ends an error report begun in m: says what happens next, writes it (then the details), and
+ * aborts unless CMALLOC_ABORT_ON_ERROR=0 (then the caller leaks the pointer and goes on). */
 void cm_report_finish(cm_message *m)
 {
     cm_message_str(m, cm_option.abort_on_error ? "; aborting\n" : "; leaking it and going on\n");
     cm_message_write(m, 2);
+    if (report_details != NULL)
+        report_details();
     if (cm_option.abort_on_error)
         abort();
 }

@@ -90,6 +90,7 @@ void cm_message_uint(cm_message *m, uint64_t value);
 void cm_message_hex(cm_message *m, uint64_t value);
 void cm_message_write(cm_message *m, int fd);
 void cm_report_finish(cm_message *m);
+void cm_report_set_details(void (*details)(void));
 void *cm_out_of_memory(void);
 CM_COLD void cm_report_invalid_pointer(const char *caller, const void *p);
 CM_COLD void cm_report_double_free(const char *caller, const void *p);
@@ -273,7 +274,14 @@ bool cm_alloc_is_zeroed(const void *p, size_t size);
 void *cm_realloc_in_place(void *p, size_t size, size_t *old_size);
 size_t cm_mapped_live_bytes(size_t *count);
 
-/* check.c: the CMALLOC_CHECK=1 debug mode */
+/* check.c: the CMALLOC_CHECK=1 debug mode. prof.c's stack table and printers are handed down
+ * at init (stacks are ids into it; boundary: a return address inside cmalloc, the frames up to
+ * and including its frame are cmalloc's). */
+typedef uint32_t (*cm_stack_capture)(uintptr_t boundary);
+typedef void (*cm_stack_printer)(uint32_t stack, int fd);
+typedef void (*cm_caller_printer)(uintptr_t boundary, int fd);
+void cm_check_init(cm_stack_capture capture, cm_stack_printer print_stack,
+                   cm_caller_printer print_caller);
 void *cm_check_alloc(size_t size);
 bool cm_check_free(void *p, const char *caller);
 bool cm_check_shrink(void *p, size_t size);
@@ -283,7 +291,6 @@ void cm_check_fork(int phase);
 
 /* guard.c: CMALLOC_GUARD_RATE, objects on their own page before a PROT_NONE guard */
 #define CM_GUARD_MAX_SIZE 4096 /* larger requests are never guarded */
-typedef void (*cm_stack_printer)(uint32_t stack, int fd);
 typedef void (*cm_context_printer)(const void *signal_context, int fd);
 bool cm_guard_init(cm_stack_printer print_stack, cm_context_printer print_access);
 void *cm_guard_alloc(size_t size, uint32_t stack);

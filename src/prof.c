@@ -1394,6 +1394,32 @@ static bool program_is_static(void)
     return true;
 }
 
+static uint32_t capture_for_check(uintptr_t boundary)
+{
+    return capture_stack(boundary, true);
+}
+
+/* Writes the stack of the running call above the frame of boundary, a return address inside
+ * cmalloc (the call that found an error), unwound now and not kept. */
+static void print_caller_stack(uintptr_t boundary, int fd)
+{
+    int saved = errno;
+    unwind_state state = {.depth = 0, .boundary = boundary, .kept = 0, .boundary_ours = 1};
+    _Unwind_Backtrace(unwind_step, &state);
+    if (!state.kept) { /* not found: everything but the leading frames of libcmalloc.so */
+        state = (unwind_state){.depth = 0, .boundary = 0, .kept = 1, .boundary_ours = 0};
+        _Unwind_Backtrace(unwind_step, &state);
+    }
+    errno = saved;
+    print_frames(state.frames, state.depth, false, fd);
+}
+
+/* The debug mode's allocations record their stack, its reports print stacks. */
+static void start_check_stacks(void)
+{
+    cm_check_init(capture_for_check, cm_prof_stack_print, print_caller_stack);
+}
+
 static void start_sampling(void)
 {
     cm_sampling = prof_on || guard_on;
@@ -1404,8 +1430,13 @@ static void start_sampling(void)
 /* Called by cm_init with the options read, before any allocation is served. */
 void cm_prof_init(void)
 {
-    if (cm_option.check)
-        return; /* the debug mode wraps every block itself: no sampling beside it */
+    if (cm_option.check) {
+        /* The debug mode wraps every block itself: no sampling beside it. Its reports carry
+         * stacks from the table (in a static program from the constructor on, as sampling). */
+        if (tables_init() && !program_is_static())
+            start_check_stacks();
+        return;
+    }
     if (cm_option.prof_dump != NULL && cm_option.prof_dump[0] == '\0') {
         cm_message m = {.length = 0};
         cm_message_str(&m, "cmalloc: warning: ignoring CMALLOC_PROF_DUMP= (empty: it names no "
@@ -1450,9 +1481,13 @@ void cm_prof_init(void)
  * __tls_get_addr) and starts sampling here. */
 void cm_prof_start(void)
 {
-    if (!prof_on && !guard_on)
+    bool check_stacks = cm_option.check && stacks != NULL;
+    if (check_stacks && program_is_static())
+        start_check_stacks();
+    if (!prof_on && !guard_on && !check_stacks)
         return;
-    claim_dump_path();
+    if (prof_on)
+        claim_dump_path();
     if (program_is_static()) {
         start_sampling();
         return;

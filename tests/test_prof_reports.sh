@@ -17,6 +17,9 @@
 #     and static, as "function+0xoff (object+0xvaddr)"; a guard report starts with the stack of
 #     the faulting access, then the allocation's, then the free's; scripts/cmalloc-symbolize
 #     turns a frame into function file:line;
+#   - CMALLOC_CHECK reports (overflow, double free, write after free) give the stack of the call
+#     that found the error and the block's allocation stack; a write to a freed block still in
+#     the quarantine at exit is reported at exit;
 # TEST_LIB_DIR (default build) is where libcmalloc.so and libcmalloc.a are taken from, so
 # that the same checks can be run against another build.
 set -u
@@ -181,6 +184,28 @@ for binary in "$prog" "$static"; do
     expect_sections "$tmp/uaf-$kind.txt" "the access, at:" write_after_drop "allocated at:" make_block \
         "freed at:" drop_block
 done
+# CMALLOC_CHECK reports: the stack of the call that found the error, then the block's
+# allocation stack; a write to a freed block still quarantined at exit is reported then.
+for binary in "$prog" "$static"; do
+    use() { if [ "$binary" = "$prog" ]; then run "$@"; else "$@"; fi; }
+    kind=$([ "$binary" = "$prog" ] && echo dynamic || echo static)
+    for mode in check-overflow check-double-free check-write-after-free check-quarantine; do
+        CMALLOC_CHECK=1 use "$binary" $mode 2>"$tmp/$mode-$kind.txt"
+        status=$?
+        [ "$status" -eq 134 ] || fail "$kind $mode: status $status, not an abort (134): $(cat "$tmp/$mode-$kind.txt")"
+    done
+    grep -q '^cmalloc: heap buffer overflow past the block' "$tmp/check-overflow-$kind.txt" &&
+        grep -q '^cmalloc: double free' "$tmp/check-double-free-$kind.txt" &&
+        grep -q '^cmalloc: write to freed memory at' "$tmp/check-write-after-free-$kind.txt" &&
+        grep -q '^cmalloc: write to freed memory (found at exit, still quarantined) at' "$tmp/check-quarantine-$kind.txt" ||
+        fail "$kind: a CMALLOC_CHECK report is missing"
+    for mode in check-overflow check-double-free check-write-after-free; do
+        expect_sections "$tmp/$mode-$kind.txt" "found by the call at:" free_checked_block \
+            "allocated at:" make_block
+    done
+    expect_sections "$tmp/check-quarantine-$kind.txt" "allocated at:" make_block
+done
+
 store_line=$(grep -n "((volatile char \*)p)\[size + 12\] = 'x';" tests/data/prof_reports.c | cut -d: -f1)
 python3 scripts/cmalloc-symbolize "$tmp/overflow-dynamic.txt" >"$tmp/symbolized.txt"
 grep -A1 'the access, at:' "$tmp/symbolized.txt" | grep -q "at write_past_end .*prof_reports.c:$store_line\$" ||

@@ -239,7 +239,7 @@ int main(int argc, char **argv)
         free_checked_block(p);
         write_after_drop(p);
         for (int i = 0; i < 5000; i++) /* push it out of the quarantine */
-            free(malloc(200));
+            free_checked_block(make_block(200));
         return 1;
     }
     if (strcmp(mode, "check-quarantine") == 0) {
