@@ -78,8 +78,10 @@ cmalloc_arena *cmalloc_arena_create(size_t initial_bytes);
  * page size and beyond). O(1): a pointer bump, or a new chunk from the page heap when full. */
 void *cmalloc_arena_alloc(cmalloc_arena *arena, size_t size, size_t align);
 
-/* The current position, to pass to cmalloc_arena_rewind. O(1). A mark stays valid until the
- * arena is rewound to an earlier one, reset or destroyed. */
+/* The current position, to pass to cmalloc_arena_rewind: an opaque value (an address and the
+ * arena's epoch), not a pointer. O(1). A mark stays valid until the arena is rewound to an
+ * earlier one, reset or destroyed; a rewind to it after that aborts, also once the arena has
+ * grown past its position again (checked for the last 64 rewinds to rising positions). */
 size_t cmalloc_arena_mark(const cmalloc_arena *arena);
 
 /* Frees everything allocated after mark. O(1) plus one page-heap call per chunk given back
