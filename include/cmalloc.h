@@ -139,7 +139,9 @@ size_t cmalloc_pool_capacity(const cmalloc_pool *pool);    /* objects it holds w
 size_t cmalloc_pool_in_use(const cmalloc_pool *pool);      /* allocated and not freed */
 size_t cmalloc_pool_object_size(const cmalloc_pool *pool); /* usable bytes of each object */
 /* Frees every object at once; the pages go back to the OS. O(chunks). NULL: no-op. No other
- * call on the pool may be running or follow. */
+ * call on the pool may be running or follow; one that follows (a free, an allocation, a second
+ * destroy) is reported as a use of a destroyed pool and touches no memory the pool had, until
+ * a later cmalloc_pool_create reuses the pool's handle. */
 void cmalloc_pool_destroy(cmalloc_pool *pool);
 
 /* ---- the inline fast paths -------------------------------------------------------------------
