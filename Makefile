@@ -207,7 +207,7 @@ deps:
 # The whole suite against a debug build (-DCM_DEBUG: CM_ASSERT on, heap walks on slow paths;
 # same -O2 code otherwise, so the fast-path budget holds), in a copy of the tree under
 # build/debug so that the release build here is left alone.
-DEBUG_TREE := Makefile README.md cmalloc.pc.in src include tests bench scripts docs
+DEBUG_TREE := Makefile README.md CHANGELOG.md cmalloc.pc.in src include tests bench scripts docs .ci
 debug-test:
 	rm -rf build/debug && mkdir -p build/debug
 	cp -r $(wildcard $(DEBUG_TREE)) build/debug/
