@@ -66,6 +66,7 @@ int cm_os_open(const char *path, bool for_writing);
 int cm_os_open_append(const char *path);
 int cm_os_duplicate(int fd);
 bool cm_os_fd_is_open(int fd);
+uint64_t cm_os_file_id(int fd);
 const char *cm_os_program_name(void);
 size_t cm_os_read(int fd, void *buffer, size_t capacity);
 bool cm_os_close(int fd);

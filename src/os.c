@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/single_threaded.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -314,6 +315,18 @@ int cm_os_duplicate(int fd)
     int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     ERRNO_RESTORE;
     return copy;
+}
+
+/* Which open file fd is (device and inode folded into one number), 0 when fd is not open: so
+ * that a kept copy whose number the program closed and reused for another file is not
+ * taken for stderr. */
+uint64_t cm_os_file_id(int fd)
+{
+    ERRNO_KEEP;
+    struct stat st;
+    uint64_t id = fstat(fd, &st) == 0 ? ((uint64_t)st.st_dev << 40) ^ (uint64_t)st.st_ino ^ 1 : 0;
+    ERRNO_RESTORE;
+    return id;
 }
 
 bool cm_os_fd_is_open(int fd)

@@ -11,7 +11,8 @@
  * processes sharing a path all land in it; else stderr. Programs such as coreutils' close
  * stderr in an atexit handler, before this library's destructor runs, so when the report is
  * on and goes to stderr, a copy of fd 2 is made at load (close-on-exec, fd 3 or above) and
- * used at exit when fd 2 is closed by then. While fd 2 is open it is used, wherever the
+ * used at exit when fd 2 is closed by then (and the copy is still the file it was: a program
+ * may close every descriptor and open others). While fd 2 is open it is used, wherever the
  * program has pointed it.
  */
 #include "internal.h"
@@ -149,19 +150,25 @@ void cm_debug_walk(void)
 }
 #endif
 
-static int stderr_copy = -1; /* fd 2 as it was at load, when the report at exit goes there */
+static int stderr_copy = -1;   /* fd 2 as it was at load, when the report at exit goes there */
+static uint64_t stderr_copy_id; /* which file that is, so that a reused number is not taken */
 
 /* After init_early (constructor 101), so the options are read. */
 __attribute__((constructor(102))) static void stats_keep_stderr(void)
 {
-    if (cm_is_initialized() && cm_option.stats_at_exit && cm_option.stats_file == NULL)
+    if (cm_is_initialized() && cm_option.stats_at_exit && cm_option.stats_file == NULL) {
         stderr_copy = cm_os_duplicate(2);
+        stderr_copy_id = stderr_copy >= 0 ? cm_os_file_id(stderr_copy) : 0;
+    }
 }
 
-/* fd 2 while it is open, else the copy made at load (or 2 still, when there is none). */
+/* fd 2 while it is open, else the copy made at load while it is still that file (or 2, which
+ * then writes nothing, when there is none). */
 static int stderr_fd(void)
 {
-    return cm_os_fd_is_open(2) || stderr_copy < 0 ? 2 : stderr_copy;
+    if (cm_os_fd_is_open(2) || stderr_copy < 0 || cm_os_file_id(stderr_copy) != stderr_copy_id)
+        return 2;
+    return stderr_copy;
 }
 
 /* The report's destination at exit: the stats file, opened for appending, or stderr (also

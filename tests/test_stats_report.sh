@@ -7,7 +7,8 @@
 #     handler before the library's destructor runs) prints the report on stderr, and its first
 #     line names the program and its pid (the launcher execs, so the pid is the shell's $$);
 #     --stats=json the same as "pid" and "program" members;
-#   - a program that points fd 2 at a file after start gets the report in that file;
+#   - a program that points fd 2 at a file after start gets the report in that file; one that
+#     closes every descriptor and reuses the copy's number for a file does not;
 #   - CMALLOC_STATS_FILE=dir/%e.%p (and stats_file: in CMALLOC_CONF): under bash running three
 #     programs (dash would _exit, running no destructor: no report of its own), one file per process, each named by its program and pid and headed by the
 #     same; %% is a percent sign; a path without %p shared by two processes holds both reports
@@ -57,6 +58,18 @@ fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 os.dup2(fd, 2)' "$tmp/redirected" 2> "$tmp/err"
 grep -q "^cmalloc stats (version .*program python3" "$tmp/redirected" ||
     fail "fd 2 redirected by the program: report not in its file: $(head -2 "$tmp/redirected") / $(head -2 "$tmp/err")"
+
+# A program that closes every descriptor and puts another file on the numbers the copy of
+# stderr had, then closes fd 2: the report is not written into that file.
+CMALLOC_STATS=1 LD_PRELOAD=$lib python3 -c '
+import os, sys
+os.closerange(2, 64)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+for n in range(3, 10):
+    if n != fd:
+        os.dup2(fd, n)
+os.close(fd)' "$tmp/reused" 2> /dev/null
+[ -s "$tmp/reused" ] && fail "the report went into a file the program opened on the copy's number: $(head -1 "$tmp/reused")"
 
 # One file per process, named and headed alike.
 mkdir "$tmp/each"
