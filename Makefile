@@ -1,12 +1,16 @@
-# cmalloc - a plain Makefile. Targets: all test debug-test bench install uninstall deps clean.
+# cmalloc - a plain Makefile. Targets: all test debug-test bench install uninstall deb examples
+# deps clean.
 #
 #   make                  build/libcmalloc.so, build/libcmalloc.a
 #   make test             build and run every test (cmocka binaries, then shell tests)
 #   make debug-test       the same suite against a -DCM_DEBUG build (asserts, heap walks)
 #   make bench            the quick benchmark matrix (see scripts/bench-matrix.sh)
 #   make install PREFIX=/usr/local DESTDIR=   library (with soname links), static library,
-#                         headers, the cmalloc launcher, cmalloc.pc; `make uninstall` (same
-#                         PREFIX and DESTDIR) removes exactly those files
+#                         headers, the cmalloc launcher, cmalloc.pc, then ldconfig (or what to
+#                         run); `make uninstall` (same PREFIX and DESTDIR) removes exactly those
+#                         files and the directories install created, when empty
+#   make deb              build/cmalloc_<version>_<arch>.deb (dpkg-deb)
+#   make examples         the programs README's examples run, in build/examples/
 #   make deps             the Debian packages building and testing need (scripts/deps.sh)
 #
 # `make test` and `make bench` first run scripts/deps.sh (a no-op once the packages are there;
@@ -127,14 +131,26 @@ test: all $(TEST_BINS) $(BENCH_BINS)
 	for s in $(TEST_SCRIPTS); do echo "== $$s"; sh $$s; done; echo "== all tests passed"
 
 # Every installed file, so that uninstall removes exactly what install wrote. The C++ header
-# is installed when the tree has one.
+# is installed when the tree has one. Install also lists, in $(MANIFEST), the directories it
+# had to create, so that uninstall removes those (when empty) and no directory that was there
+# before (Debian ships /usr/local/include empty). Without DESTDIR, install ends with
+# scripts/install-finish.sh: ldconfig for a directory the loader searches (or the command to
+# run when not root), else the -Wl,-rpath flag a program needs.
 HEADERS   := include/cmalloc.h $(wildcard include/cmalloc.hpp)
+DATADIR   ?= $(PREFIX)/share
+MANIFEST  := $(DATADIR)/cmalloc/created-directories
 INSTALLED := $(BINDIR)/cmalloc $(LIBDIR)/libcmalloc.so.$(VERSION) $(LIBDIR)/$(SONAME) \
              $(LIBDIR)/libcmalloc.so $(LIBDIR)/libcmalloc.a $(PKGCONFIGDIR)/cmalloc.pc \
              $(addprefix $(INCLUDEDIR)/,$(notdir $(HEADERS)))
+INSTALL_DIRS := $(BINDIR) $(LIBDIR) $(INCLUDEDIR) $(PKGCONFIGDIR) $(DATADIR)/cmalloc
+INSTALL_FINISH ?= $(if $(DESTDIR),,scripts/install-finish.sh $(LIBDIR))
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	@created=""; for d in $(addprefix $(DESTDIR),$(INSTALL_DIRS)); do \
+	    while [ ! -d "$$d" ] && [ "$$d" != "$(DESTDIR)" ]; do created="$$d $$created"; d=$$(dirname "$$d"); done; \
+	done; install -d $(addprefix $(DESTDIR),$(INSTALL_DIRS)); \
+	{ cat $(DESTDIR)$(MANIFEST) 2> /dev/null; for d in $$created; do echo "$${d#$(DESTDIR)}"; done; } | \
+	    sort -u -r > $(DESTDIR)$(MANIFEST).new && mv $(DESTDIR)$(MANIFEST).new $(DESTDIR)$(MANIFEST)
 	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libcmalloc.so.$(VERSION)
 	ln -sf libcmalloc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libcmalloc.so
@@ -144,9 +160,46 @@ install: all
 	chmod 755 $(DESTDIR)$(BINDIR)/cmalloc
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
 	    cmalloc.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/cmalloc.pc
+	@$(INSTALL_FINISH)
 
+# The manifest's directories, deepest first, each removed only when empty.
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	@if [ -f $(DESTDIR)$(MANIFEST) ]; then \
+	    dirs=$$(cat $(DESTDIR)$(MANIFEST)); rm -f $(DESTDIR)$(MANIFEST); \
+	    for d in $$dirs; do rmdir "$(DESTDIR)$$d" 2> /dev/null || true; done; \
+	fi
+
+# make deb: build/cmalloc_$(VERSION)_<arch>.deb with dpkg-deb (no network): the library with
+# its soname links, the static library, headers, launcher and cmalloc.pc under /usr; the
+# loader's cache is updated by dpkg's ldconfig trigger on install and removal. The package's
+# files are staged by `make install` itself, so the two never differ.
+DEB_ARCH := $(shell dpkg --print-architecture 2> /dev/null)
+DEB      := build/cmalloc_$(VERSION)_$(DEB_ARCH).deb
+DEB_ROOT := build/deb/root
+deb: all
+	rm -rf build/deb
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_ROOT) PREFIX=/usr INSTALL_FINISH=
+	rm -rf $(DEB_ROOT)/usr/share/cmalloc && rmdir --ignore-fail-on-non-empty $(DEB_ROOT)/usr/share
+	mkdir -p $(DEB_ROOT)/DEBIAN
+	printf '%s\n' 'Package: cmalloc' 'Version: $(VERSION)' 'Architecture: $(DEB_ARCH)' \
+	    'Maintainer: cmalloc developers <cmalloc@localhost>' 'Section: libs' 'Priority: optional' \
+	    'Depends: libc6' "Installed-Size: $$(du -sk $(DEB_ROOT)/usr | cut -f1)" \
+	    'Description: cmalloc, a fast general-purpose malloc replacement' \
+	    ' Thread caches, central caches and a page heap, preloaded (the cmalloc launcher)' \
+	    ' or linked with -lcmalloc.' > $(DEB_ROOT)/DEBIAN/control
+	echo 'activate-noawait ldconfig' > $(DEB_ROOT)/DEBIAN/triggers
+	dpkg-deb --root-owner-group --build $(DEB_ROOT) $(DEB)
+
+# make examples: the programs README's examples run, in build/examples/. prof_program
+# (tests/data/prof_program.c) is linked with -rdynamic so that the profiler's and the guard's
+# reports name its functions, and finds the library through its rpath.
+EXAMPLES := build/examples/prof_program
+examples: $(EXAMPLES)
+build/examples:
+	mkdir -p $@
+build/examples/prof_program: tests/data/prof_program.c $(LIB_SO) | build/examples
+	$(CC) -O1 -g -rdynamic -Iinclude $< -o $@ -Lbuild -lcmalloc -Wl,-rpath,'$$ORIGIN/..' -pthread
 
 deps:
 	$(DEPS)
@@ -154,7 +207,7 @@ deps:
 # The whole suite against a debug build (-DCM_DEBUG: CM_ASSERT on, heap walks on slow paths;
 # same -O2 code otherwise, so the fast-path budget holds), in a copy of the tree under
 # build/debug so that the release build here is left alone.
-DEBUG_TREE := Makefile README.md cmalloc.pc.in src include tests bench scripts docs
+DEBUG_TREE := Makefile README.md CHANGELOG.md cmalloc.pc.in src include tests bench scripts docs .ci
 debug-test:
 	rm -rf build/debug && mkdir -p build/debug
 	cp -r $(wildcard $(DEBUG_TREE)) build/debug/
@@ -163,4 +216,4 @@ debug-test:
 clean:
 	rm -rf build
 
-.PHONY: all test bench install uninstall deps clean debug-test
+.PHONY: all test bench install uninstall deps clean debug-test deb examples

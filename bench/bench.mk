@@ -21,7 +21,8 @@ BENCH_BINS += build/bench/realloc_moves.so
 build/bench/realloc_moves.so: bench/realloc_moves.c | build/bench
 	$(CC) $(CFLAGS) $(WARN) $(BENCH_CFLAGS) -shared -fPIC $< -o $@ -ldl
 
-# The quick matrix, then its table. BENCH_BINS is expanded when the recipe runs, so binaries
+# The quick matrix; the script ends with its summary (the full tables stay in
+# bench/results/latest/matrix.md). BENCH_BINS is expanded when the recipe runs, so binaries
 # that other fragments (read after this one) add are built too; a failure there only drops
 # that workload from the matrix, the script says so.
 bench: all $(BENCH_OWN_BINS)
@@ -29,4 +30,3 @@ bench: all $(BENCH_OWN_BINS)
 	  $(MAKE) -s --no-print-directory $$others || \
 	  echo "bench: some benchmark binaries did not build; the matrix skips them"
 	sh scripts/bench-matrix.sh --quick $(BENCH_ARGS)
-	@echo; cat bench/results/latest/matrix.md

@@ -2,7 +2,7 @@
  *
  * What it measures
  *   A table of --slots objects of random sizes (log-uniform over [16, --max-size]) is shared by
- *   all threads, like a server's session or object cache. Each request, a thread
+ *   all threads, like a server's per-connection state or object cache. Each request, a thread
  *     1. allocates 1..--temps temporary buffers (same size distribution) and touches them,
  *     2. allocates a new object, writes it, and swaps it into a random slot of the table
  *        (atomic exchange); the object it takes out was most likely made by another thread

@@ -3,7 +3,7 @@
 
   scripts/bench-matrix.sh [--quick] [--threads 1,2,4,8] [--reps N] [--allocators a,b,...]
                           [--workloads pattern,...] [--seconds S] [--out DIR] [--no-install]
-                          [--extra NAME=LIB.so] [--plan]
+                          [--extra NAME=LIB.so] [--plan] [--verbose]
   scripts/bench-matrix.sh --report DIR   (only the report, again, from DIR/runs.csv)
 
 Allocators: glibc (no preload), cmalloc (build/libcmalloc.so), jemalloc, tcmalloc, mimalloc
@@ -22,16 +22,21 @@ Every (workload, threads) cell is run --reps times for every allocator, and the 
 interleaved: repetition r runs all workloads for all allocators before repetition r+1 starts,
 and the allocator order rotates from one cell to the next, so drift on a noisy machine (other
 jobs, thermal, page cache) hits every allocator alike. The medians of the repetitions are
-reported. Output in --out (default bench/results/latest/):
+reported. Output in --out (default bench/results/latest/, which git ignores; bench/results/full/
+and bench/results/pools/ are the committed runs, written only when --out names them):
   runs.csv     every single run;       matrix.csv  medians, one row per cell and allocator
   matrix.md    a table per workload, ratios to jemalloc;   matrix.png  ops/s and peak RSS plots
   failures.txt the exact command of every run that crashed or printed no result (if any)
   machine.txt  the machine, the run's settings and each allocator's library and version
 --quick: short runs (under 3 minutes on a 2-core machine); the default full run: under 30.
 
-How to read the progress: one line a run, "[n/total] rep r/R workload T=threads allocator" then
-the run's ops/s, median and 99th-percentile latency and peak RSS (whole programs: wall time),
-or FAILED with the command to repeat it. How to read matrix.md: its own "How to read" paragraph.
+How to read the progress: one line, updated in place on a terminal (elsewhere printed every
+tenth of the runs; --verbose: every run), "[n/total] rep r/R workload T=threads allocator" then
+the run's ops/s, median and 99th-percentile latency and peak RSS (whole programs: wall time);
+a run that FAILED keeps its line, with the command to repeat it. At the end the summary is
+printed: the table of geometric means against jemalloc and a sentence per workload group
+naming the fastest allocator and cmalloc against the fastest other one; the tables of every
+workload are in matrix.md (its own "How to read" paragraph says how to read them).
 Standard library only; the plot is drawn by gnuplot when it is installed.
 """
 import csv
@@ -182,7 +187,8 @@ def usage(status):
 def parse_args(argv):
     """The options as the shell version took them: --opt value or --opt=value."""
     opt = dict(quick=False, threads="1,2,4,8", reps=None, allocators="", workloads="",
-               seconds=None, out="bench/results/latest", plan=False, extras=[], report=None)
+               seconds=None, out="bench/results/latest", plan=False, extras=[], report=None,
+               verbose=False)
     valued = {"--threads": "threads", "--reps": "reps", "--allocators": "allocators",
               "--workloads": "workloads", "--seconds": "seconds", "--out": "out",
               "--extra": "extras", "--report": "report"}
@@ -196,6 +202,8 @@ def parse_args(argv):
             pass  # packages come from scripts/deps.sh --bench; kept so old commands still work
         elif a == "--plan":
             opt["plan"] = True
+        elif a == "--verbose":
+            opt["verbose"] = True
         elif a in ("-h", "--help"):
             usage(0)
         elif (eq and key in valued) or (a in valued and i + 1 < len(argv)):
@@ -291,6 +299,7 @@ class Matrix:
         self.ob_pool = False  # the order book's --alloc pool works under cmalloc
         self.ob_file, self.ob_ready = "", False  # the order-book stream, made at its first use
         self.n = 0  # runs done (or skipped), for the progress lines
+        self.verbose, self.tty, self.open_line = opt["verbose"], sys.stdout.isatty(), False
         # seconds a single run may take before it is killed
         self.limit = int(30 + 10 * (float(self.seconds) + float(self.warmup)))
 
@@ -500,6 +509,26 @@ class Matrix:
             f.write("\n".join(lines) + "\n")
 
     # ---- the runs ----
+    def progress(self, line, keep=False):
+        """One run's line. On a terminal it replaces the one before (one line updated in
+        place), except lines to keep (failures); elsewhere (a log, a pipe) only every tenth
+        of the runs and the lines to keep are printed. --verbose: every line, as before."""
+        if self.verbose:
+            print(line, flush=True)
+        elif self.tty:
+            width = shutil.get_terminal_size().columns - 1
+            sys.stdout.write("\r\033[K" + (line if keep else line[:width]) + ("\n" if keep else ""))
+            sys.stdout.flush()
+            self.open_line = not keep
+        elif keep or self.n * 10 // self.total != (self.n - 1) * 10 // self.total:
+            print(line, flush=True)
+
+    def end_progress(self):
+        if self.open_line:
+            sys.stdout.write("\r\033[K")
+            sys.stdout.flush()
+            self.open_line = False
+
     def prefix(self, rep, name, t, a):
         self.n += 1
         return "[%4d/%d] rep %d/%d %-21s T=%-2s %-12s" % (self.n, self.total, rep, self.reps,
@@ -519,7 +548,7 @@ class Matrix:
             pass
         with open(self.failures, "a") as f:
             f.write("\n".join(lines) + "\n")
-        print("%s FAILED (%s): %s" % (prefix, why, shown), flush=True)
+        self.progress("%s FAILED (%s): %s" % (prefix, why, shown), keep=True)
 
     def prepare_orderbook(self):
         """Generates the order-book stream once, at its first use; False when that failed."""
@@ -614,10 +643,10 @@ class Matrix:
         self.runs.write("%d,%s,%s,%s\n" % (rep, fields[0], a, ",".join(fields[1:])))
         self.runs.flush()
         ops = v.get("ops_per_sec")
-        print("%s %s ops/s  p50 %s ns  p99 %s ns  peak RSS %.1f MiB  (%.1f s)"
-              % (prefix, human((num(ops) or 0.0) if ops else None),
-                 v.get("p50_ns") or "-", v.get("p99_ns") or "-",
-                 (num(v.get("peak_rss_kib")) or 0) / 1024, took), flush=True)
+        self.progress("%s %s ops/s  p50 %s ns  p99 %s ns  peak RSS %.1f MiB  (%.1f s)"
+                      % (prefix, human((num(ops) or 0.0) if ops else None),
+                         v.get("p50_ns") or "-", v.get("p99_ns") or "-",
+                         (num(v.get("peak_rss_kib")) or 0) / 1024, took))
 
     def run_program_cell(self, rep, name, cmd):
         """One hyperfine invocation, every allocator a command of it, in rotated order."""
@@ -673,8 +702,8 @@ class Matrix:
                                                                 rsss[k] if k < len(rsss) else ""))
             self.runs.flush()
             rss0 = "%.1f MiB" % (float(rsss[0]) / 1024) if rsss else "-"
-            print("%s %.3f s wall  peak RSS %s" % (prefix, sum(map(float, times)) / len(times),
-                                                  rss0), flush=True)
+            self.progress("%s %.3f s wall  peak RSS %s" % (
+                prefix, sum(map(float, times)) / len(times), rss0))
 
     def run(self):
         os.makedirs(self.out, exist_ok=True)
@@ -701,6 +730,7 @@ class Matrix:
                             cell += 1
                             for a in self.rotate(cell + rep, self.extras_of(kind)):
                                 self.run_bench_cell(rep, kind, t, a, name, cmd)
+            self.end_progress()
             say("%d runs in %d s" % (self.n, int(time.time() - began)))
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -810,6 +840,75 @@ def ratios_to_baseline(pairs):
     return ("%.2f" % gs if gs else "-"), ("%.2f" % gr if gr else "-"), len(sr)
 
 
+def group_of(workload):
+    """The group a workload is summed up in: its name up to the first '-' (alloc-*, pool-*,
+    orderbook-*), the whole programs together."""
+    return "programs" if workload in ("python", "sqlite") else workload.split("-")[0]
+
+
+def summary_lines(cells, workloads, allocs):
+    """The summary table (geometric means of speed and peak RSS against jemalloc over every
+    cell an allocator ran; one that ran a single cell is listed under it with that cell's
+    figures, not as a mean) and a sentence per workload group: the fastest allocator there and
+    cmalloc against the fastest of the other allocators (not cmalloc's own pool or arena),
+    each a geometric mean over the group's cells."""
+    by = {(c["workload"], c["threads"], c["allocator"]): c for c in cells}
+    keys = sorted({(c["workload"], c["threads"]) for c in cells})
+    ran = {a: [k for k in keys if k + (a,) in by] for a in allocs}
+    wins = {a: 0 for a in allocs}
+    for k in keys:
+        best = max(allocs, key=lambda a: speed(by[k + (a,)]) or 0 if k + (a,) in by else 0)
+        if k + (best,) in by and speed(by[k + (best,)]):
+            wins[best] += 1
+    L = ["## Summary\n",
+         "Geometric means over every workload and thread count the allocator ran (higher speed "
+         "and lower memory are better).\n",
+         "| allocator | speed × jemalloc | peak RSS × jemalloc | fastest in | cells |",
+         "|---|---:|---:|---:|---:|"]
+    single = []
+    for a in allocs:
+        gs, gr, n = ratios_to_baseline((by.get(k + (a,)), by.get(k + (BASELINE,))) for k in keys)
+        if len(ran[a]) == 1:
+            single.append("%s ran one cell only (%s, %s thread%s): %s× jemalloc's speed, %s× "
+                          "its peak RSS there." % (a, ran[a][0][0], ran[a][0][1],
+                                                   "" if ran[a][0][1] == "1" else "s", gs, gr))
+            continue
+        L.append("| %s | %s | %s | %d of %d | %d |" % (a, gs, gr, wins[a], len(keys), n))
+    L.append("")
+    if single:
+        L.extend(single + [""])
+    peers = [a for a in allocs if not a.startswith("cmalloc")]
+    for group in dict.fromkeys(group_of(w) for w in workloads):
+        gkeys = [k for k in keys if group_of(k[0]) == group]
+
+        def mean_over(a, b, gkeys=gkeys):  # geomean of a's speed over b's, cells both ran
+            return geomean([speed(by[k + (a,)]) / speed(by[k + (b,)]) for k in gkeys
+                            if k + (a,) in by and k + (b,) in by and speed(by[k + (a,)])
+                            and speed(by[k + (b,)])])
+        full = [a for a in allocs if all(k + (a,) in by for k in gkeys)]
+        if not gkeys or not full:
+            continue
+        score = {a: geomean([speed(by[k + (a,)]) for k in gkeys]) or 0 for a in full}
+        winner = max(full, key=lambda a: score[a])
+        names = sorted({k[0] for k in gkeys})
+        text = "**%s** (%s; %d cell%s): %s is fastest" % (
+            group, ", ".join(names), len(gkeys), "" if len(gkeys) == 1 else "s", winner)
+        best_peer = max((a for a in full if a in peers), key=lambda a: score[a], default=None)
+        if best_peer and "cmalloc" in full:
+            if winner == best_peer:
+                r = mean_over("cmalloc", winner)
+                text += "; cmalloc is %.2f× %s (%.0f%% slower)" % (r, winner, (1 - r) * 100) \
+                    if r < 1 else "; cmalloc is %.2f× %s" % (r, winner)
+            else:
+                text += ", %.2f× %s, the fastest other allocator" % (
+                    mean_over(winner, best_peer), best_peer)
+                if winner != "cmalloc":
+                    text += "; cmalloc through malloc is %.2f× %s" % (
+                        mean_over("cmalloc", best_peer), best_peer)
+        L.append(text + ".\n")
+    return L
+
+
 def write_csv(path, cells):
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
@@ -841,25 +940,10 @@ def write_md(path, cells, workloads, allocs, info, failures, have_png):
              "as 0, 10 or 20. The best speed of each thread count is in bold. On a machine with "
              "fewer cores than threads, threads time-share the cores.\n")
 
-    # summary: geometric mean of ratios to jemalloc over every cell
+    # summary: geometric mean of ratios to jemalloc over every cell, and a sentence a group
     by = {(c["workload"], c["threads"], c["allocator"]): c for c in cells}
     if BASELINE in allocs:
-        L.append("## Summary\n")
-        L.append("Geometric means over every workload and thread count that both ran "
-                 "(higher speed and lower memory are better).\n")
-        L.append("| allocator | speed × jemalloc | peak RSS × jemalloc | fastest in | cells |")
-        L.append("|---|---:|---:|---:|---:|")
-        keys = sorted({(c["workload"], c["threads"]) for c in cells})
-        wins = {a: 0 for a in allocs}
-        for k in keys:
-            best = max(allocs, key=lambda a: speed(by[k + (a,)]) or 0 if k + (a,) in by else 0)
-            if k + (best,) in by and speed(by[k + (best,)]):
-                wins[best] += 1
-        for a in allocs:
-            gs, gr, n = ratios_to_baseline((by.get(k + (a,)), by.get(k + (BASELINE,)))
-                                           for k in keys)
-            L.append("| %s | %s | %s | %d of %d | %d |" % (a, gs, gr, wins[a], len(keys), n))
-        L.append("")
+        L.extend(summary_lines(cells, workloads, allocs))
         # the same per workload: one row each, geometric mean over its thread counts
         L.append("Speed × jemalloc by workload (geometric mean over the thread counts; "
                  "peak RSS × jemalloc in brackets):\n")
@@ -1039,15 +1123,22 @@ def report(d):
     if not have_png and os.path.exists(os.path.join(d, "matrix.png")):
         os.remove(os.path.join(d, "matrix.png"))
     write_md(os.path.join(d, "matrix.md"), cells, workloads, allocs, info, failures, have_png)
-    return have_png
+    summary = summary_lines(cells, workloads, allocs) if BASELINE in allocs else []
+    return have_png, summary
 
 
 def write_report(d):
+    """The report's files, then its summary on the terminal (the tables stay in the files)."""
     try:
-        have_png = report(d)
+        have_png, summary = report(d)
     except Exception as e:  # the runs are on disk: say so rather than lose them to a traceback
         die("the report failed: %s: %s" % (type(e).__name__, e))
-    say("wrote %s/matrix.csv %s/matrix.md%s" % (d, d, " %s/matrix.png" % d if have_png else ""))
+    if summary:  # matrix.md's paragraphs as plain lines, a blank line after the table
+        lines = [line.rstrip("\n").replace("**", "") for line in summary[1:] if line.strip()]
+        table_end = max(i for i, line in enumerate(lines) if line.startswith("|"))
+        print("\n" + "\n".join(lines[:table_end + 1] + [""] + lines[table_end + 1:]))
+    say("full tables, one per workload: %s/matrix.md (also %s/matrix.csv%s)"
+        % (d, d, ", %s/matrix.png" % d if have_png else ""))
 
 
 def main(argv):

@@ -1,7 +1,8 @@
 #!/bin/sh
-# deps.sh - installs what building and testing cmalloc needs on a fresh Debian machine.
+# deps.sh - installs what building and testing cmalloc needs on a Debian machine, adding only
+# what is missing: it never removes, replaces or upgrades a package.
 #
-#   scripts/deps.sh [--bench] [--sanitize] [--dry-run]
+#   scripts/deps.sh [--bench] [--sanitize] [--dry-run | --list]
 #
 #   (none)       the build and `make test`: compiler, cmocka, pkg-config and the programs the
 #                tests run under cmalloc (python3, perl, sqlite3, valgrind for the fast-path budget,
@@ -9,28 +10,64 @@
 #                which the profiler loads when it is on (stacks 7x cheaper than libgcc's)
 #   --bench      also the allocators compared against and the benchmark tools (`make bench`)
 #   --sanitize   also clang and its runtimes (`make fuzz`, `make sanitize`)
-#   --dry-run    print what would be installed ("deps.sh: would install: ..."), install nothing
+#   --dry-run    print what is missing and the exact apt-get command that would add it; install
+#                nothing
+#   --list       print the packages wanted, one line (README's list is checked against it)
 #
-# Idempotent and cheap when everything is there (one dpkg-query per package), so `make test`
-# and `make bench` run it every time before building anything. Installs with apt-get, through
-# sudo when not root.
+# A tool counts as there when its command works (`gnuplot --version` from any gnuplot
+# package: gnuplot-qt, gnuplot-x11 or gnuplot-nox), a library when dpkg says its package is
+# installed. apt-get is asked with --no-remove (it aborts rather than remove or replace
+# anything, e.g. gnuplot-qt for gnuplot-nox) and --no-install-recommends (only what the
+# package needs), so the machine keeps every package it had. Cheap when everything is there
+# (one check per package), so `make test` and `make bench` run it every time before building
+# anything. Installs through sudo when not root.
 set -eu
-want="build-essential libcmocka-dev pkg-config python3 perl sqlite3 valgrind google-perftools libunwind8"
-dry_run=0
+
+# Each wanted package, with what shows it is there: "=cmd:A,B" every command named runs with
+# --version; nothing: dpkg-query says the package is installed.
+base="build-essential=cmd:cc,c++,make libcmocka-dev pkg-config=cmd:pkg-config
+      python3=cmd:python3 perl=cmd:perl sqlite3=cmd:sqlite3 valgrind=cmd:valgrind
+      google-perftools=cmd:google-pprof libunwind8"
+bench="libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 hyperfine=cmd:hyperfine gnuplot-nox=cmd:gnuplot"
+sanitize="clang=cmd:clang libclang-rt-14-dev"
+APT_OPTIONS="-y -qq --no-remove --no-install-recommends"
+
+want=$base
+mode=install
 for arg in "$@"; do
     case "$arg" in
-        --bench) want="$want libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 hyperfine gnuplot-nox" ;;
-        --sanitize) want="$want clang libclang-rt-14-dev" ;;
-        --dry-run) dry_run=1 ;;
-        *) echo "usage: scripts/deps.sh [--bench] [--sanitize] [--dry-run]" >&2; exit 2 ;;
+        --bench) want="$want $bench" ;;
+        --sanitize) want="$want $sanitize" ;;
+        --dry-run) mode=dry-run ;;
+        --list) mode=list ;;
+        *) echo "usage: scripts/deps.sh [--bench] [--sanitize] [--dry-run | --list]" >&2; exit 2 ;;
     esac
 done
-missing=""
-for p in $want; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+
+# present ENTRY: true when the package of "name[=cmd:A,B]" is there, as said above.
+present() {
+    case "$1" in
+        *=cmd:*)
+            commands=${1#*=cmd:}
+            for command in $(echo "$commands" | tr ',' ' '); do
+                "$command" --version < /dev/null > /dev/null 2>&1 || return 1
+            done ;;
+        *) dpkg-query -W -f='${Status}' "$1" 2> /dev/null | grep -q "install ok installed" ;;
+    esac
+}
+
+names="" missing=""
+for entry in $want; do
+    names="$names ${entry%%=*}"
+    present "$entry" || missing="$missing ${entry%%=*}"
 done
-if [ "$dry_run" = 1 ]; then
+if [ "$mode" = list ]; then
+    echo "${names# }"
+    exit 0
+fi
+if [ "$mode" = dry-run ]; then
     echo "deps.sh: would install:${missing:- nothing}"
+    [ -z "$missing" ] || echo "deps.sh: would run: apt-get install $APT_OPTIONS$missing"
     exit 0
 fi
 [ -z "$missing" ] && exit 0
@@ -39,4 +76,4 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq || true
-$SUDO apt-get install -y -qq $missing
+$SUDO apt-get install $APT_OPTIONS $missing

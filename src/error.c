@@ -45,6 +45,26 @@ void cm_message_hex(cm_message *m, uint64_t value)
     message_digits(m, value, 16);
 }
 
+/* A path from a pattern given by the user: %p is the process id, %e the program's name, %% a
+ * percent sign; any other character is kept as it is. */
+void cm_message_path(cm_message *m, const char *pattern)
+{
+    for (; *pattern; pattern++) {
+        if (pattern[0] == '%' && pattern[1] == 'p') {
+            cm_message_uint(m, (uint64_t)cm_os_process_id());
+            pattern++;
+        } else if (pattern[0] == '%' && pattern[1] == 'e') {
+            cm_message_str(m, cm_os_program_name());
+            pattern++;
+        } else if (pattern[0] == '%' && pattern[1] == '%') {
+            cm_message_str(m, "%");
+            pattern++;
+        } else if (m->length < sizeof m->text) {
+            m->text[m->length++] = *pattern;
+        }
+    }
+}
+
 void cm_message_write(cm_message *m, int fd)
 {
     cm_os_write(fd, m->text, m->length);

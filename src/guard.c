@@ -55,7 +55,7 @@
 #include <string.h>
 
 #define PAGE      ((size_t)4096) /* the kernel's page: the unit of protection */
-#define SLOTS_MAX 65536
+#define SLOTS_MAX CM_GUARD_SLOTS_MAX
 /* Slots opened by one mprotect where guard markers allow. The kernel's work per data page (a
  * mapping each) stays, so the cost per slot stops falling at about 16: 0.45 us against 0.9-1.1
  * alone, no lower with 64 (build/bench/guard_calls separate 16 1, separate 1 1). A freed slot

@@ -63,6 +63,11 @@ void cm_os_sleep_ms(uint64_t ms);
 bool cm_os_start_thread(void *(*body)(void *));
 bool cm_os_write(int fd, const char *text, size_t length);
 int cm_os_open(const char *path, bool for_writing);
+int cm_os_open_append(const char *path);
+int cm_os_duplicate(int fd);
+bool cm_os_fd_is_open(int fd);
+uint64_t cm_os_file_id(int fd);
+const char *cm_os_program_name(void);
 size_t cm_os_read(int fd, void *buffer, size_t capacity);
 bool cm_os_close(int fd);
 int cm_os_cancel_off(void);
@@ -89,6 +94,7 @@ void cm_message_str(cm_message *m, const char *s);
 void cm_message_uint(cm_message *m, uint64_t value);
 void cm_message_hex(cm_message *m, uint64_t value);
 void cm_message_write(cm_message *m, int fd);
+void cm_message_path(cm_message *m, const char *pattern);
 void cm_report_finish(cm_message *m);
 void cm_report_set_details(void (*details)(void));
 void *cm_out_of_memory(void);
@@ -104,6 +110,7 @@ typedef struct cm_option_values {
     int64_t release_delay_ms;  /* free spans idle this long go back to the OS; -1 never */
     bool background_release;   /* a helper thread releases idle spans with no allocator call */
     size_t stats_at_exit;      /* at exit: 0 nothing, 1 the stats report, CM_STATS_JSON JSON */
+    const char *stats_file;    /* where that report goes (%p, %e expanded), or NULL: stderr */
     bool abort_on_error;       /* abort after reporting a bad free (else leak it, go on) */
     bool check;                /* debug mode: canaries, fill patterns, quarantine (check.c) */
     bool verbose;              /* print the options in force at start */
@@ -121,7 +128,7 @@ extern cm_option_values cm_option;
 void cm_options_init(char **environment);
 void cm_options_print(int fd);
 /* Option number index (0, 1, ... until false): its upper-case name, value, and keyword when
- * the value is the option's keyword value (else NULL). */
+ * the value is the option's keyword value (else NULL); a text option's text is its keyword. */
 bool cm_option_at(unsigned index, const char **name, int64_t *value, const char **keyword);
 /* How often the caches look for what has been idle a release delay (when release is on). */
 static inline uint64_t cm_release_interval_ms(void)

@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/single_threaded.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -294,6 +295,52 @@ int cm_os_open(const char *path, bool for_writing)
 {
     return open(path, for_writing ? O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC : O_RDONLY | O_CLOEXEC,
                 0644);
+}
+
+/* For reports appended to by every process of a command that shares the path (the stats
+ * report's STATS_FILE): a later process's report never truncates an earlier one's. */
+int cm_os_open_append(const char *path)
+{
+    ERRNO_KEEP;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    ERRNO_RESTORE;
+    return fd;
+}
+
+/* A close-on-exec copy of fd numbered 3 or above (stderr kept for the report at exit, should
+ * the program close fd 2 first), or -1. */
+int cm_os_duplicate(int fd)
+{
+    ERRNO_KEEP;
+    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    ERRNO_RESTORE;
+    return copy;
+}
+
+/* Which open file fd is (device and inode folded into one number), 0 when fd is not open: so
+ * that a kept copy whose number the program closed and reused for another file is not
+ * taken for stderr. */
+uint64_t cm_os_file_id(int fd)
+{
+    ERRNO_KEEP;
+    struct stat st;
+    uint64_t id = fstat(fd, &st) == 0 ? ((uint64_t)st.st_dev << 40) ^ (uint64_t)st.st_ino ^ 1 : 0;
+    ERRNO_RESTORE;
+    return id;
+}
+
+bool cm_os_fd_is_open(int fd)
+{
+    ERRNO_KEEP;
+    bool open = fcntl(fd, F_GETFD) != -1;
+    ERRNO_RESTORE;
+    return open;
+}
+
+/* The program's name as it was started (argv[0] without its directory), kept by glibc. */
+const char *cm_os_program_name(void)
+{
+    return program_invocation_short_name ? program_invocation_short_name : "";
 }
 
 /* Up to capacity bytes; 0 at the end of the file or on an error. */

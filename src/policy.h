@@ -123,6 +123,9 @@
 #define CM_QUARANTINE_OBJECTS 4096
 #define CM_QUARANTINE_BYTES   ((size_t)16 << 20)
 
+/* ---- guarded allocations (src/guard.c) ------------------------------------------------------ */
+#define CM_GUARD_SLOTS_MAX 65536 /* CMALLOC_GUARD_SLOTS takes no more: 512 MiB of reservation */
+
 /* ---- limits that follow glibc ---------------------------------------------------------------- */
 #define CM_MMAP_THRESHOLD_LIMIT ((size_t)32 << 20) /* mallopt refuses more, as glibc does */
 #define CM_SYSTEM_PAGE          4096 /* the kernel's page: valloc, pvalloc, mapping slack */

@@ -17,6 +17,8 @@
 #include "internal.h"
 #include "cmalloc.h"
 
+#include <string.h>
+
 typedef struct json_writer {
     cm_message message;
     int fd;
@@ -74,12 +76,27 @@ static void number(json_writer *w, const char *name, int64_t value)
     cm_message_uint(&w->message, value < 0 ? (uint64_t)-value : (uint64_t)value);
 }
 
-/* Only for strings of the library's own (version, option keywords): nothing to escape. */
+/* A string as JSON: quotes, backslashes and control characters escaped (a program's name may
+ * hold any of them); one piece at a time, so that a long one is flushed as it goes. */
 static void string(json_writer *w, const char *name, const char *value)
 {
     member(w, name);
     put(w, "\"");
-    put(w, value);
+    for (; *value; value++) {
+        unsigned char c = (unsigned char)*value;
+        char piece[7] = {(char)c, '\0'};
+        if (c == '"' || c == '\\') {
+            piece[0] = '\\';
+            piece[1] = (char)c;
+            piece[2] = '\0';
+        } else if (c < 0x20) {
+            memcpy(piece, "\\u00", 4);
+            piece[4] = "0123456789abcdef"[c >> 4];
+            piece[5] = "0123456789abcdef"[c & 15];
+            piece[6] = '\0';
+        }
+        put(w, piece);
+    }
     put(w, "\"");
 }
 
@@ -148,6 +165,8 @@ CM_EXPORT void cmalloc_stats_print_json(int fd)
     cmalloc_stats_get(&s);
     begin(&w, NULL, "{");
     string(&w, "cmalloc", CMALLOC_VERSION);
+    number(&w, "pid", cm_os_process_id());
+    string(&w, "program", cm_os_program_name());
     number(&w, "page_size", CM_PAGE_SIZE);
     number(&w, "initialized", cm_is_initialized());
     if (cm_is_initialized()) {

@@ -2,7 +2,8 @@
 # test_bench_smoke.sh - every benchmark program runs briefly under glibc and prints a RESULT line
 # that parses (all keys, in order, numbers where numbers belong); then a one-cell matrix goes
 # through scripts/bench-matrix.sh (the entry point of scripts/bench-matrix.py) and yields
-# matrix.csv/md with the right header. Run by `make test` from the top directory (which builds build/bench/*); about 3 s.
+# matrix.csv/md with the right header, and the summary it prints is checked on made-up runs
+# whose answer is known. Run by `make test` from the top directory (which builds build/bench/*); about 3 s.
 set -u
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-smoke.XXXXXX")
@@ -60,6 +61,35 @@ if sh scripts/bench-matrix.sh --quick --no-install --reps 1 --threads 1 --alloca
   echo "ok   bench-matrix.sh one cell"
 else
   echo "FAIL bench-matrix.sh one cell:"; sed 's/^/  | /' "$tmp/matrix.log"; fail=1
+fi
+
+# The summary the matrix prints, from made-up runs whose answer is known: the fastest of each
+# group and cmalloc against the fastest other allocator; an allocator that ran one cell is not
+# given a row of means but a line naming its cell.
+mkdir "$tmp/made-up"
+{
+  echo "rep,workload,allocator,threads,params,ops_per_sec,wall_s,p50_ns,p99_ns,p999_ns,max_ns,peak_rss_kib"
+  for t in 1 2; do
+    for pair in glibc:100 cmalloc:300 jemalloc:200 mimalloc:250; do
+      echo "1,alloc-x,${pair%%:*},$t,p,${pair#*:},,,,,,1000"
+    done
+  done
+  for pair in glibc:100 cmalloc:80 jemalloc:50 mimalloc:40; do echo "1,churn,${pair%%:*},1,p,${pair#*:},,,,,,1000"; done
+  for pair in glibc:100 cmalloc:100 cmalloc-arena:1000 jemalloc:100 mimalloc:100; do
+    echo "1,pool-16x1m,${pair%%:*},1,p,${pair#*:},,,,,,1000"
+  done
+} > "$tmp/made-up/runs.csv"
+if sh scripts/bench-matrix.sh --report "$tmp/made-up" > "$tmp/summary.txt" 2>&1; then
+  for want in "alloc (alloc-x; 2 cells): cmalloc is fastest, 1.20× mimalloc, the fastest other allocator." \
+              "churn (churn; 1 cell): glibc is fastest; cmalloc is 0.80× glibc (20% slower)." \
+              "cmalloc-arena ran one cell only (pool-16x1m, 1 thread): 10.00× jemalloc's speed, 1.00× its peak RSS there." \
+              "| cmalloc | 1.38 | 1.00 | 2 of 4 | 4 |"; do
+    grep -qxF "$want" "$tmp/summary.txt" || { echo "FAIL summary: no line '$want':"; sed 's/^/  | /' "$tmp/summary.txt"; fail=1; }
+  done
+  grep -q '^| cmalloc-arena ' "$tmp/summary.txt" && { echo "FAIL summary: a row of means for one cell"; fail=1; }
+  [ "$fail" = 0 ] && echo "ok   summary: winners and cmalloc against the best other allocator"
+else
+  echo "FAIL bench-matrix.sh --report:"; sed 's/^/  | /' "$tmp/summary.txt"; fail=1
 fi
 
 [ "$fail" = 0 ] && echo "bench smoke: all ok"

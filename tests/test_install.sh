@@ -7,7 +7,10 @@
 # has one), the launcher and cmalloc.pc; `pkg-config --cflags --libs cmalloc` against it builds
 # a program that runs on the installed cmalloc (it sees its own malloc in cmalloc's counters and
 # maps the installed library); `make uninstall` removes every one of those files and nothing
-# else (a file of someone else's in the same directories stays). The same with DESTDIR staging
+# else (a file of someone else's in the same directories stays), and the directories install
+# created, none that were there before (an empty bin/ stays), also after installing twice;
+# install to a custom prefix prints the -Wl,-rpath flag, and scripts/install-finish.sh runs
+# ldconfig only for a directory the loader searches. The same with DESTDIR staging
 # for PREFIX=/opt/cmalloc-test: files land under DESTDIR, and cmalloc.pc and the launcher name
 # the final paths, not the staging ones.
 set -u
@@ -28,16 +31,19 @@ expected() { # the files install must write under $1, sorted
         echo "$1/lib/libcmalloc.so.0"
         echo "$1/lib/libcmalloc.so.0.1.0"
         echo "$1/lib/pkgconfig/cmalloc.pc"
+        echo "$1/share/cmalloc/created-directories"
     } | sort
 }
 present() { find "$1" \( -type f -o -type l \) ! -name 'someone-else*' | sort; }
 
 # ---- PREFIX -----------------------------------------------------------------------------------
 prefix=$tmp/prefix
-mkdir -p "$prefix/lib" "$prefix/include"
+mkdir -p "$prefix/lib" "$prefix/include" "$prefix/bin"
 echo keep > "$prefix/lib/someone-else.so"
 echo keep > "$prefix/include/someone-else.h"
+dirs_before=$(find "$prefix" -type d | sort)
 $MAKE -s install PREFIX="$prefix" > "$tmp/log" 2>&1 || fail "make install: $(tail -3 "$tmp/log")"
+grep -q -- "-Wl,-rpath,$prefix/lib" "$tmp/log" || fail "install to a custom prefix does not give the rpath flag: $(cat "$tmp/log")"
 [ "$(present "$prefix")" = "$(expected "$prefix")" ] ||
     fail "installed files differ: $(present "$prefix" | tr '\n' ' ') want $(expected "$prefix" | tr '\n' ' ')"
 [ "$(readlink "$prefix/lib/libcmalloc.so")" = libcmalloc.so.0 ] || fail "libcmalloc.so -> $(readlink "$prefix/lib/libcmalloc.so")"
@@ -86,6 +92,34 @@ $MAKE -s uninstall PREFIX="$prefix" > "$tmp/log" 2>&1 || fail "make uninstall: $
 [ -z "$(present "$prefix")" ] || fail "left behind after uninstall: $(present "$prefix" | tr '\n' ' ')"
 [ -f "$prefix/lib/someone-else.so" ] && [ -f "$prefix/include/someone-else.h" ] ||
     fail "uninstall removed files it did not install"
+# The directories install made (lib/pkgconfig, share/cmalloc, share) are gone; those that
+# were there (bin, empty, among them) stay.
+[ "$(find "$prefix" -type d | sort)" = "$dirs_before" ] ||
+    fail "directories after uninstall: $(find "$prefix" -type d | tr '\n' ' '), before install: $(echo $dirs_before)"
+# Installed twice, uninstalled once: the directories of the first install still go.
+$MAKE -s install PREFIX="$tmp/twice" > /dev/null 2>&1 && $MAKE -s install PREFIX="$tmp/twice" > /dev/null 2>&1 &&
+    $MAKE -s uninstall PREFIX="$tmp/twice" > /dev/null 2>&1 || fail "install twice, uninstall"
+[ ! -e "$tmp/twice" ] || fail "after two installs and an uninstall: $(find "$tmp/twice" | tr '\n' ' ')"
+
+# ldconfig: run for a directory the loader searches, not for others (a fake ldconfig lists
+# $FAKE_SEARCHED as searched and records being run; as non-root the command to run is said).
+mkdir -p "$tmp/fakebin" "$tmp/searched/lib"
+cat > "$tmp/fakebin/ldconfig" <<'S'
+#!/bin/sh
+if [ "${1:-}" = -v ]; then echo "$FAKE_SEARCHED: (from a fake ld.so.conf)"; else echo ran >> "$FAKE_LDCONFIG_LOG"; fi
+S
+chmod +x "$tmp/fakebin/ldconfig"
+export FAKE_SEARCHED="$tmp/searched/lib" FAKE_LDCONFIG_LOG="$tmp/ldconfig.log"
+out=$(PATH="$tmp/fakebin:$PATH" scripts/install-finish.sh "$tmp/searched/lib")
+if [ "$(id -u)" -eq 0 ]; then
+    [ "$(cat "$FAKE_LDCONFIG_LOG" 2> /dev/null)" = ran ] || fail "install-finish did not run ldconfig for a searched directory: $out"
+else
+    case "$out" in *"sudo ldconfig"*) ;; *) fail "install-finish, not root: does not say to run sudo ldconfig: $out" ;; esac
+fi
+rm -f "$FAKE_LDCONFIG_LOG"
+out=$(PATH="$tmp/fakebin:$PATH" scripts/install-finish.sh "$prefix/lib")
+[ ! -e "$FAKE_LDCONFIG_LOG" ] || fail "install-finish ran ldconfig for $prefix/lib, which the loader does not search"
+case "$out" in *"-Wl,-rpath,$prefix/lib"*) ;; *) fail "install-finish for a custom prefix: $out" ;; esac
 
 # ---- DESTDIR staging --------------------------------------------------------------------------
 stage=$tmp/stage
@@ -97,6 +131,7 @@ grep -q "^installed_libdir=$final/lib\$" "$stage$final/bin/cmalloc" || fail "sta
 [ ! -e "$final" ] || fail "install with DESTDIR wrote to $final"
 $MAKE -s uninstall DESTDIR="$stage" PREFIX="$final" > "$tmp/log" 2>&1 || fail "make uninstall DESTDIR: $(tail -3 "$tmp/log")"
 [ -z "$(present "$stage")" ] || fail "left behind after uninstall (DESTDIR): $(present "$stage" | tr '\n' ' ')"
+[ -z "$(find "$stage" -mindepth 1)" ] || fail "directories left after uninstall (DESTDIR): $(find "$stage" -mindepth 1 | tr '\n' ' ')"
 
 if [ $failures -ne 0 ]; then
     echo "test_install: $failures failure(s)"

@@ -7,7 +7,9 @@
 # LD_PRELOAD is kept, after cmalloc; the exit status is the program's; --stats prints the
 # report at exit, --stats=json the JSON object; --check and --conf set CMALLOC_CHECK and
 # CMALLOC_CONF (appended to one already set); with no library to be found it says so and
-# exits 125; a bad option or no command prints the usage and exits 2.
+# exits 125; a bad option or no command prints the usage and exits 2; --help prints the usage
+# and every option, exit 0; a library path holding a space and a colon works (a link), or
+# exits 125 saying why.
 set -u
 top=$(pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cmalloc-launcher.XXXXXX") || exit 1
@@ -68,6 +70,36 @@ cp scripts/cmalloc "$tmp/alone/cmalloc"
 "$tmp/alone/cmalloc" true 2> "$tmp/err"
 [ $? -eq 125 ] && grep -q "cannot find the cmalloc library" "$tmp/err" || fail "no library: $(cat "$tmp/err")"
 maps "$tmp/alone/cmalloc" build/libcmalloc.so --lib build/libcmalloc.so
+
+# --help: the usage and every option of the library's table, on stdout, exit status 0.
+scripts/cmalloc --help > "$tmp/help" 2> "$tmp/err"
+[ $? -eq 0 ] || fail "--help: exit status not 0"
+grep -q "^usage: cmalloc" "$tmp/help" || fail "--help: no usage on stdout"
+for name in $(sed -n 's/^ *{"\([A-Z_]*\)", &cm_option\..*/\1/p' src/options.c); do
+    grep -q "^  CMALLOC_$name=" "$tmp/help" || fail "--help does not list CMALLOC_$name"
+done
+grep -q "^  CMALLOC_VERBOSE=0 " "$tmp/help" || fail "--help: VERBOSE not shown at its default"
+[ -s "$tmp/err" ] && fail "--help wrote to stderr: $(head -2 "$tmp/err")"
+
+# A library whose path holds a space and a colon (LD_PRELOAD splits at both): preloaded
+# through a link, beside the launcher and with --lib, with --stats working; when no private
+# link directory can be made (or the one there is not the user's alone), exit 125 and why.
+odd="$tmp/a dir:with colon"
+mkdir "$odd"
+cp scripts/cmalloc build/libcmalloc.so "$odd/"
+links="$tmp/links"
+mkdir "$links"
+TMPDIR=$links maps "$odd/cmalloc" "$odd/libcmalloc.so"
+TMPDIR=$links maps "$tmp/alone/cmalloc" "$odd/libcmalloc.so" --lib "$odd/libcmalloc.so"
+TMPDIR=$links XDG_RUNTIME_DIR= "$odd/cmalloc" --stats /bin/echo hi > "$tmp/out" 2> "$tmp/err"
+[ "$(cat "$tmp/out")" = hi ] && grep -q "^cmalloc stats (version .*program echo\$" "$tmp/err" ||
+    fail "library path with a space and a colon: --stats /bin/echo: $(head -2 "$tmp/err")"
+[ "$(stat -c %a "$links/cmalloc-links-$(id -u)")" = 700 ] || fail "link directory not mode 700"
+mkdir -m 755 "$tmp/loose" "$tmp/loose/cmalloc-links-$(id -u)"
+XDG_RUNTIME_DIR="$tmp/not-a-dir" TMPDIR="$tmp/loose" "$odd/cmalloc" /bin/true 2> "$tmp/err"
+[ $? -eq 125 ] && grep -q "holds a space or a colon, which LD_PRELOAD cannot carry" "$tmp/err" ||
+    fail "no private link directory: want exit 125 and the reason: $(cat "$tmp/err")"
+[ -z "$(ls "$tmp/loose/cmalloc-links-$(id -u)")" ] || fail "a link was made in a directory others may write"
 
 # Next to itself.
 mkdir "$tmp/side"
