@@ -182,6 +182,11 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 typedef struct cm_page_class {
     uint8_t size_class; /* the page's span's size_class, or 0 */
     uint8_t span_pages; /* SMALL: pages from the span's start */
+#ifdef CM_MIDDLE_OWNER
+    uint16_t owner; /* SMALL: the slot of the cache that last took objects from the span, or 0
+                       (remote.c); written under the class's central lock, read racily as a
+                       route */
+#endif
 } cm_page_class;
 typedef struct cm_pagemap_leaf {
     cm_page_class classes[CM_PAGEMAP_LEAF_ENTRIES]; /* first: free indexes it with no offset */
@@ -192,6 +197,14 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages);
 void cm_pagemap_set(uintptr_t page, cm_span *span);
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
 void cm_pagemap_fork(int phase);
+#ifdef CM_MIDDLE_OWNER
+void cm_pagemap_set_owner(const cm_span *span, unsigned owner);
+#else
+static inline void cm_pagemap_set_owner(const cm_span *span, unsigned owner)
+{
+    (void)span, (void)owner; /* the central middle end routes no free */
+}
+#endif
 static inline cm_pagemap_leaf *cm_pagemap_leaf_of(const void *address)
 {
     if (CM_UNLIKELY((uintptr_t)address >> CM_ADDRESS_BITS))
@@ -239,7 +252,7 @@ bool cm_page_heap_valid(void);
 void cm_page_heap_fork(int phase);
 
 /* central_cache.c */
-unsigned cm_central_fill(unsigned size_class, unsigned count, void **head);
+unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
 void cm_central_drain(void);
@@ -247,13 +260,27 @@ void cm_central_tick(uint64_t now);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length);
 bool cm_is_free_object_of(unsigned size_class, const void *object);
+bool cm_list_unlink(void **head, void *object, size_t most, unsigned size_class);
 bool cm_central_valid(void);
 void cm_central_fork(int phase);
+
+#ifdef CM_MIDDLE_OWNER
+/* remote.c: the owners' mailboxes (MIDDLE=owner) */
+unsigned cm_remote_open(void);
+bool cm_remote_post(unsigned slot, void *first, void *last, size_t bytes);
+void *cm_remote_take(unsigned slot);
+void *cm_remote_close(unsigned slot);
+void cm_remote_leave_behind(unsigned slot);
+void cm_remote_fork_child(unsigned forking);
+bool cm_remote_take_left_behind(void *object, unsigned own);
+bool cm_remote_valid(unsigned own);
+#endif
 
 /* thread_cache.c */
 extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
 void *cm_thread_cache_alloc_slow(unsigned size_class);
 void cm_thread_cache_free_slow(void *object, unsigned size_class);
+void cm_thread_cache_free_remote(void *object, unsigned size_class, unsigned owner);
 void cm_thread_cache_flush_current(void);
 size_t cm_thread_cache_bytes(size_t *caches);
 bool cm_thread_cache_valid(void);
@@ -314,6 +341,7 @@ void cm_prof_fork(int phase);
 void *cm_alloc_slow(size_t size);
 void cm_free_slow(void *p, const char *caller);
 void cm_free_list_full(void *p);
+void cm_free_remote(void *p);
 void *cm_alloc_aligned(size_t alignment, size_t size);
 void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);

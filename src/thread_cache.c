@@ -58,6 +58,10 @@ static _Atomic int64_t unclaimed_budget; /* of CMALLOC_THREAD_CACHE_TOTAL; may d
 static pthread_key_t exit_key;
 static bool have_exit_key; /* pthread_key_create can fail: all keys taken */
 
+static void grow(cm_thread_cache *cache, unsigned size_class);
+static cm_thread_cache *cache_for_thread(void);
+static bool over_budget(const cm_thread_cache *cache, size_t pending);
+
 static uint32_t list_cap(unsigned size_class)
 {
     uint32_t batch = cm_classes[size_class].batch;
@@ -150,11 +154,272 @@ static void unregister(cm_thread_cache *cache)
     unregister_to(cache, &spare_caches);
 }
 
+#ifdef CM_MIDDLE_OWNER
+/* ---- remote frees (MIDDLE=owner; remote.c has the mailboxes) ------------------------------ */
+static unsigned class_of(const void *object) /* object: in a SMALL span */
+{
+    return cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].size_class;
+}
+
+/* Gives a NULL-terminated list of marked objects of any classes back to the central cache,
+ * sorted by class into batches (a whole batch lands in the transfer cache): one lock per batch,
+ * not per object, however the classes are mixed. */
+static void give_back_mixed(void *list)
+{
+    struct {
+        void *head;
+        uint32_t count;
+    } runs[CM_CLASSES_MAX];
+    memset(runs, 0, sizeof runs);
+    while (list != NULL) {
+        void *object = list;
+        list = cm_link_next_checked(object);
+        unsigned c = class_of(object);
+        cm_link_relink(object, runs[c].head);
+        runs[c].head = object;
+        if (++runs[c].count == cm_classes[c].batch) {
+            cm_central_flush(c, runs[c].head, runs[c].count);
+            runs[c].head = NULL;
+            runs[c].count = 0;
+        }
+    }
+    for (unsigned c = 1; c < cm_class_count; c++)
+        if (runs[c].count > 0)
+            cm_central_flush(c, runs[c].head, runs[c].count);
+}
+
+/* Sends a batch to its owner; when the owner is gone or its mailbox over its bound, the batch
+ * goes the central way instead. */
+static void post_batch(struct cm_remote_batch *batch)
+{
+    void *head = batch->head, *tail = batch->tail;
+    bool posted = head == NULL || cm_remote_post(batch->slot, head, tail, batch->bytes);
+    memset(batch, 0, sizeof *batch);
+    if (!posted) {
+        cm_link_relink(tail, NULL); /* a refused compare-and-swap may have linked it on */
+        give_back_mixed(head);
+    }
+}
+
+static void post_all(cm_thread_cache *cache)
+{
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++)
+        post_batch(&cache->outgoing[i]);
+}
+
+/* Everything remote the cache holds goes: its batches posted, its mailbox given back. */
+static void flush_remote(cm_thread_cache *cache)
+{
+    post_all(cache);
+    if (cache->slot != 0)
+        give_back_mixed(cm_remote_take(cache->slot));
+}
+
+/* The cache's thread is gone: its batches are posted and its mailbox closed, what it held given
+ * back; frees of its spans' objects go the central way until another cache takes from them. */
+static void abandon(cm_thread_cache *cache)
+{
+    post_all(cache);
+    if (cache->slot != 0)
+        give_back_mixed(cm_remote_close(cache->slot));
+    cache->slot = 0;
+}
+
+/* On an allocation miss: the mailbox's objects onto their lists (which grow for them as on a
+ * miss), what does not fit back to the central cache. True when list size_class has objects
+ * after it. */
+static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
+{
+    void *list = cache->slot ? cm_remote_take(cache->slot) : NULL, *spill = NULL;
+    uint64_t touched[(CM_CLASSES_MAX + 63) / 64] = {0};
+    while (list != NULL) {
+        void *object = list;
+        list = cm_link_next_checked(object);
+        unsigned c = class_of(object);
+        CM_ASSERT(cm_is_free_object_of(c, object));
+        cm_free_list *to = &cache->lists[c];
+        if (to->room == 0 && !over_budget(cache, cm_classes[c].size))
+            grow(cache, c);
+        if (to->room > 0) {
+            to->room--;
+            cm_link_relink(object, to->head);
+            to->head = object;
+            touched[c / 64] |= (uint64_t)1 << (c % 64);
+        } else {
+            cm_link_relink(object, spill);
+            spill = object;
+        }
+    }
+    for (unsigned c = 1; c < cm_class_count; c++)
+        if (touched[c / 64] & ((uint64_t)1 << (c % 64)))
+            publish(cache, c);
+    give_back_mixed(spill);
+    return cache->lists[size_class].head != NULL;
+}
+
+/* A free whose span routes it to another cache's slot (fastpath.h): onto this thread's batch
+ * for that slot, posted when it is big enough. The object is marked when it joins the batch,
+ * so a second free of it is reported as a double free wherever it waits. */
+static void queue_remote(cm_thread_cache *cache, void *object, unsigned size_class, unsigned owner)
+{
+    struct cm_remote_batch *batch = NULL, *fullest = &cache->outgoing[0];
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && batch == NULL; i++) {
+        if (cache->outgoing[i].slot == owner)
+            batch = &cache->outgoing[i];
+        else if (cache->outgoing[i].bytes > fullest->bytes)
+            fullest = &cache->outgoing[i];
+    }
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && batch == NULL; i++)
+        if (cache->outgoing[i].slot == 0)
+            batch = &cache->outgoing[i];
+    if (batch == NULL) { /* every destination taken: the one holding most goes now */
+        batch = fullest;
+        post_batch(batch);
+    }
+    batch->slot = owner;
+    cm_link_set(object, batch->head);
+    if (batch->head == NULL)
+        batch->tail = object;
+    batch->head = object;
+    batch->bytes += cm_classes[size_class].size;
+    if (++batch->count >= CM_REMOTE_BATCH_OBJECTS || batch->bytes >= CM_REMOTE_BATCH_BYTES)
+        post_batch(batch);
+}
+
+void cm_thread_cache_free_remote(void *object, unsigned size_class, unsigned owner)
+{
+    cm_thread_cache *cache = cache_for_thread();
+    if (cache == NULL || owner == 0 || owner == cache->slot)
+        cm_thread_cache_free_slow(object, size_class);
+    else
+        queue_remote(cache, object, size_class, owner);
+}
+
+/* A slow-path free (a thread's first, or one the fast path sent on) routed like the fast
+ * path's: true when the object went to another cache's batch. */
+static bool free_routed(cm_thread_cache *cache, void *object, unsigned size_class)
+{
+    unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner;
+    if (owner == 0 || owner == cache->slot)
+        return false;
+    queue_remote(cache, object, size_class, owner);
+    return true;
+}
+
+/* Each batch holds count free objects of SMALL spans ending at tail, bytes in all, for a slot
+ * other than the cache's own; the cache's mailbox is sound (remote.c). */
+static bool remote_valid(cm_thread_cache *cache)
+{
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++) {
+        const struct cm_remote_batch *batch = &cache->outgoing[i];
+        size_t bytes = 0;
+        uint32_t n = 0;
+        void *last = NULL;
+        for (void *object = batch->head; object != NULL && n <= batch->count;
+             object = cm_link_next(object), n++) {
+            cm_span *span = cm_span_of(object);
+            if (span == NULL || span->state != CM_SPAN_SMALL ||
+                !cm_is_free_object_of(span->size_class, object))
+                return false;
+            bytes += cm_classes[span->size_class].size;
+            last = object;
+        }
+        if (n != batch->count || bytes != batch->bytes || last != batch->tail ||
+            (n > 0 && (batch->slot == 0 || batch->slot == cache->slot)))
+            return false;
+    }
+    return cm_remote_valid(cache->slot);
+}
+
+static unsigned owner_slot(const cm_thread_cache *cache)
+{
+    return cache->slot;
+}
+
+/* Forked child: a cache left behind closes its mailbox for good, keeping what it held. */
+static void leave_slot_behind(cm_thread_cache *cache)
+{
+    if (cache->slot != 0)
+        cm_remote_leave_behind(cache->slot);
+}
+
+static void fork_child_slot(void)
+{
+    cm_remote_fork_child(thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
+}
+
+static bool take_left_behind_remote(void *object)
+{
+    return cm_remote_take_left_behind(
+        object, thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
+}
+
+/* A left-behind cache's batches, in a forked child (cm_thread_cache_take_left_behind). */
+static bool unlink_outgoing(cm_thread_cache *cache, void *object)
+{
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++)
+        if (cm_list_unlink(&cache->outgoing[i].head, object, cache->outgoing[i].count, 0))
+            return true;
+    return false;
+}
+#else /* the central middle end: no slots, no batches, no mailboxes */
+static unsigned owner_slot(const cm_thread_cache *cache)
+{
+    (void)cache;
+    return 0;
+}
+static void leave_slot_behind(cm_thread_cache *cache)
+{
+    (void)cache;
+}
+static void fork_child_slot(void)
+{
+}
+static bool take_left_behind_remote(void *object)
+{
+    (void)object;
+    return false;
+}
+static bool free_routed(cm_thread_cache *cache, void *object, unsigned size_class)
+{
+    (void)cache, (void)object, (void)size_class;
+    return false;
+}
+static void post_all(cm_thread_cache *cache)
+{
+    (void)cache;
+}
+static void flush_remote(cm_thread_cache *cache)
+{
+    (void)cache;
+}
+static void abandon(cm_thread_cache *cache)
+{
+    (void)cache;
+}
+static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
+{
+    (void)cache, (void)size_class;
+    return false;
+}
+static bool remote_valid(cm_thread_cache *cache)
+{
+    (void)cache;
+    return true;
+}
+static bool unlink_outgoing(cm_thread_cache *cache, void *object)
+{
+    (void)cache, (void)object;
+    return false;
+}
+#endif
+
 static void thread_exit(void *arg)
 {
     cm_thread_cache *cache = arg;
     cm_thread_cache_current = &empty_cache;
     thread_state = THREAD_GONE;
+    abandon(cache);
     release_all(cache);
     cm_lock_acquire(&registry_lock);
     unregister(cache);
@@ -188,6 +453,7 @@ static void sweep_orphans(size_t count)
             continue;
         cm_lock_acquire(&registry_lock);
         if (cache->registration == registration) { /* caches are never unmapped: safe to read */
+            abandon(cache);
             release_all(cache);
             unregister(cache);
         }
@@ -212,6 +478,9 @@ static CM_NOINLINE cm_thread_cache *create(void)
     }
     cache->max_size = CM_THREAD_START_BUDGET;
     cache->owner_tid = cm_os_thread_id();
+#ifdef CM_MIDDLE_OWNER
+    cache->slot = cm_remote_open();
+#endif
     atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
 
     cm_lock_acquire(&registry_lock);
@@ -281,6 +550,7 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
     if (cm_option.release_delay_ms < 0 || now < cache->idle_check_ms)
         return;
     cache->idle_check_ms = now + cm_release_interval_ms();
+    post_all(cache); /* and remote frees held as long go home */
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (list->head != NULL && list->head == cache->idle_head[size_class]) {
@@ -308,7 +578,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     cm_thread_cache *cache = cache_for_thread();
     void *head;
     if (cache == NULL) { /* exiting thread: one object straight from the central cache */
-        unsigned n = cm_central_fill(size_class, 1, &head);
+        unsigned n = cm_central_fill(size_class, 1, &head, 0);
         if (n == 0)
             return NULL;
         if (n > 1)
@@ -318,7 +588,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     }
     cm_free_list *list = &cache->lists[size_class];
     const uint32_t batch = cm_classes[size_class].batch;
-    if (list->head == NULL) {
+    if (list->head == NULL && !take_mailbox(cache, size_class)) {
         uint64_t now = cm_os_now_ms();
         release_idle_lists(cache, now);
         grow(cache, size_class);
@@ -326,7 +596,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
             scavenge(cache, 0);
         uint32_t want = list->max_length < batch ? list->max_length : batch;
         cm_central_tick(now);
-        unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head);
+        unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head, owner_slot(cache));
         if (n == 0)
             return NULL;
         if (n > list->max_length)
@@ -354,6 +624,8 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
         cm_central_give_back(size_class, object);
         return;
     }
+    if (free_routed(cache, object, size_class))
+        return;
     cm_free_list *list = &cache->lists[size_class];
     if (list->room == 0) {
         const uint32_t batch = cm_classes[size_class].batch, length = cm_free_list_length(list);
@@ -375,8 +647,10 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
 
 void cm_thread_cache_flush_current(void)
 {
-    if (thread_state == THREAD_LIVE)
+    if (thread_state == THREAD_LIVE) {
+        flush_remote(cm_thread_cache_current);
         release_all(cm_thread_cache_current);
+    }
 }
 
 static size_t held_bytes(const cm_thread_cache *cache)
@@ -428,7 +702,7 @@ bool cm_thread_cache_valid(void)
         published += (size_t)cache->published_length[size_class] * cm_classes[size_class].size;
     }
     return capacity == cache->capacity && published == cache->published_size &&
-           !over_budget(cache, 0) && cache->sample_left >= 0 &&
+           remote_valid(cache) && !over_budget(cache, 0) && cache->sample_left >= 0 &&
            cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
 
@@ -451,31 +725,13 @@ void cm_thread_cache_fork(int phase)
     cm_thread_cache *cache = registry;
     while (cache != NULL) {
         cm_thread_cache *next = cache->next;
-        if (cache != cm_thread_cache_current)
+        if (cache != cm_thread_cache_current) {
             unregister_to(cache, &left_behind);
+            leave_slot_behind(cache);
+        }
         cache = next;
     }
-}
-
-/* Takes object off list if it is there, looking no further than the list's max_length entries
- * nor past the first that is not a free object of size_class (the list may be half-updated). */
-static bool unlink_object(cm_free_list *list, unsigned size_class, void *object)
-{
-    void *previous = NULL, *entry = list->head;
-    for (uint32_t n = 0;
-         n <= list->max_length && entry != NULL && cm_is_free_object_of(size_class, entry); n++) {
-        void *next = cm_link_next(entry);
-        if (entry == object) {
-            if (previous == NULL)
-                list->head = next;
-            else
-                cm_link_relink(previous, next);
-            return true;
-        }
-        previous = entry;
-        entry = next;
-    }
-    return false;
+    fork_child_slot();
 }
 
 /* A free of an object that carries the free mark, in a forked child: true (and the object
@@ -493,7 +749,10 @@ bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
     bool found = false;
     cm_lock_acquire(&registry_lock);
     for (cm_thread_cache *cache = left_behind; cache != NULL && !found; cache = cache->next)
-        found = unlink_object(&cache->lists[size_class], size_class, object);
+        found = cm_list_unlink(&cache->lists[size_class].head, object,
+                               cache->lists[size_class].max_length, size_class) ||
+                unlink_outgoing(cache, object);
+    found = found || take_left_behind_remote(object);
     cm_lock_release(&registry_lock);
     if (found)
         cm_object_hand_out(object);

@@ -1,0 +1,195 @@
+/* test_remote.c - frees of another thread's blocks, under either middle end: nothing is lost
+ * when the allocating thread exits first or the freeing one exits with frees pending, a second
+ * free of a block another thread freed is reported, and the heap checks hold throughout.
+ * Under MIDDLE=owner also: the blocks come back to the thread that allocated them (its
+ * mailbox, not the central cache), and a forked child may free again what another thread had
+ * posted to the forking thread's mailbox (glibc does, tests/programs/fork_dlopen_tls.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "cmalloc.h"
+#include "internal.h"
+#include "helpers.h"
+
+#define BLOCKS 300
+#define SIZE   48
+
+static void *blocks[BLOCKS];
+
+static void *free_blocks(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < BLOCKS; i++)
+        free(blocks[i]);
+    return NULL;
+}
+
+static void on_another_thread(void *(*body)(void *), void *arg)
+{
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, body, arg), 0);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+}
+
+/* Objects of the class out of its spans beyond those in the transfer cache, once the calling
+ * thread gave back all it holds: the program's blocks and other threads' caches. */
+static size_t held_out(unsigned size_class)
+{
+    cm_thread_cache_flush_current();
+    cm_central_drain();
+    size_t cached, out = cm_central_objects_out(size_class, &cached);
+    return out - cached;
+}
+
+/* Another thread frees this thread's blocks and exits with some of those frees still pending
+ * (fewer than a batch): none is lost, and under MIDDLE=owner every one comes back to this
+ * thread's next allocations. */
+static void remote_frees_come_back(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(SIZE);
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = 0;
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(SIZE); /* this thread's list empty: the next miss shows */
+    for (int i = 0; i < BLOCKS; i++)
+        blocks[i] = malloc(SIZE);
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(SIZE); /* what the fills brought beyond the blocks */
+    on_another_thread(free_blocks, NULL);
+    assert_true(cm_heap_check());
+#ifdef CM_MIDDLE_OWNER
+    for (int i = 0; i < BLOCKS; i++) {
+        void *p = malloc(SIZE);
+        bool ours = false;
+        for (int j = 0; j < BLOCKS && !ours; j++)
+            ours = p == blocks[j];
+        if (!ours)
+            fail_msg("allocation %d after the remote frees: %p is not one of the freed blocks", i,
+                     p);
+        blocks[i] = p;
+    }
+    assert_true(cm_heap_check());
+    for (int i = 0; i < BLOCKS; i++)
+        free(blocks[i]);
+#endif
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_int_equal(held_out(c), before);
+}
+
+/* The allocating thread exits before another frees its blocks (of several classes): its
+ * mailbox is closed by then, and those frees must still reach the central cache. */
+static void *allocate_blocks(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < BLOCKS; i++)
+        blocks[i] = malloc((size_t)(16 + (i % 7) * 200));
+    return NULL;
+}
+
+static void owner_gone_before_the_frees(void **state)
+{
+    (void)state;
+    size_t before[7];
+    for (int k = 0; k < 7; k++)
+        before[k] = held_out(cm_size_class((size_t)(16 + k * 200)));
+    on_another_thread(allocate_blocks, NULL);
+    for (int i = 0; i < BLOCKS; i++)
+        free(blocks[i]);
+    assert_true(cm_heap_check());
+    for (int k = 0; k < 7; k++)
+        assert_int_equal(held_out(cm_size_class((size_t)(16 + k * 200))), before[k]);
+}
+
+/* A second free by the thread that freed another thread's block first is reported. */
+static void *free_twice(void *arg)
+{
+    free(arg);
+    announce(arg);
+    free(arg);
+    return NULL;
+}
+
+static void free_remote_twice(void *arg)
+{
+    (void)arg;
+    on_another_thread(free_twice, malloc(SIZE));
+}
+
+static void a_remote_double_free_is_reported(void **state)
+{
+    (void)state;
+    child_spec spec = {.body = free_remote_twice};
+    expect_report(&spec, "cmalloc: double free %p in free()");
+}
+
+#ifdef CM_MIDDLE_OWNER
+/* A thread frees a full batch of the main thread's blocks (posted to its mailbox) and stays;
+ * a child forked then frees one of them again: its first free there, as glibc's child does
+ * with what a parent thread freed; a second one is a double free as ever. */
+static _Atomic int posted, children_done;
+
+static void *post_and_stay(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < CM_REMOTE_BATCH_OBJECTS; i++)
+        free(blocks[i]);
+    atomic_store(&posted, 1);
+    while (!atomic_load(&children_done))
+        cm_os_yield();
+    return NULL;
+}
+
+static void free_posted_again(void *arg)
+{
+    free(blocks[0]);
+    if (!cm_heap_check())
+        _exit(5);
+    if (arg != NULL)
+        free(blocks[0]);
+}
+
+static void a_child_may_free_again_what_was_posted_to_it(void **state)
+{
+    (void)state;
+    for (int i = 0; i < CM_REMOTE_BATCH_OBJECTS; i++)
+        blocks[i] = malloc(SIZE);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, post_and_stay, NULL), 0);
+    while (!atomic_load(&posted))
+        cm_os_yield();
+    static child_result result;
+    child_spec spec = {.body = free_posted_again};
+    run_child(&spec, &result);
+    char expected[96];
+    snprintf(expected, sizeof expected, "cmalloc: double free %p in free()", blocks[0]);
+    expect_death(free_posted_again, "twice", expected);
+    atomic_store(&children_done, 1);
+    pthread_join(thread, NULL);
+    char how[96];
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("a child's free of a block posted to the forking thread: %s\n%s",
+                 describe_status(result.status, how, sizeof how), result.output);
+}
+#endif
+
+int main(void)
+{
+    start_watchdog("test_remote", 120);
+    cm_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(remote_frees_come_back),
+        cmocka_unit_test(owner_gone_before_the_frees),
+        cmocka_unit_test(a_remote_double_free_is_reported),
+#ifdef CM_MIDDLE_OWNER
+        cmocka_unit_test(a_child_may_free_again_what_was_posted_to_it),
+#endif
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
