@@ -78,8 +78,10 @@ cmalloc_arena *cmalloc_arena_create(size_t initial_bytes);
  * page size and beyond). O(1): a pointer bump, or a new chunk from the page heap when full. */
 void *cmalloc_arena_alloc(cmalloc_arena *arena, size_t size, size_t align);
 
-/* The current position, to pass to cmalloc_arena_rewind. O(1). A mark stays valid until the
- * arena is rewound to an earlier one, reset or destroyed. */
+/* The current position, to pass to cmalloc_arena_rewind: an opaque value (an address and the
+ * arena's epoch), not a pointer. O(1). A mark stays valid until the arena is rewound to an
+ * earlier one, reset or destroyed; a rewind to it after that aborts, also once the arena has
+ * grown past its position again (checked for the last 64 rewinds to rising positions). */
 size_t cmalloc_arena_mark(const cmalloc_arena *arena);
 
 /* Frees everything allocated after mark. O(1) plus one page-heap call per chunk given back
@@ -137,7 +139,9 @@ size_t cmalloc_pool_capacity(const cmalloc_pool *pool);    /* objects it holds w
 size_t cmalloc_pool_in_use(const cmalloc_pool *pool);      /* allocated and not freed */
 size_t cmalloc_pool_object_size(const cmalloc_pool *pool); /* usable bytes of each object */
 /* Frees every object at once; the pages go back to the OS. O(chunks). NULL: no-op. No other
- * call on the pool may be running or follow. */
+ * call on the pool may be running or follow; one that follows (a free, an allocation, a second
+ * destroy) is reported as a use of a destroyed pool and touches no memory the pool had, until
+ * a later cmalloc_pool_create reuses the pool's handle. */
 void cmalloc_pool_destroy(cmalloc_pool *pool);
 
 /* ---- the inline fast paths -------------------------------------------------------------------

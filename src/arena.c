@@ -7,11 +7,19 @@
  *   +--------+-------------------+------+      +--------+--------------+------+
  *            ^ data              ^cursor ^end           ^ data         ^ filled
  *
- * A mark is the cursor's address. Chunks are disjoint memory, so a mark names exactly one
- * chunk and position, and a mark of another arena is in none of this arena's chunks: rewind
- * finds the mark's chunk by walking back from the current one (the common case, a mark in the
- * current chunk, is one comparison), gives back the chunks after it and moves the cursor.
- * A mark above the cursor of its chunk is a rewind forward (or a mark taken before a reset).
+ * A mark is the cursor's address, with the low 16 bits of the arena's epoch above its 48
+ * address bits. Chunks are disjoint memory, so a mark names exactly one chunk and position, and
+ * a mark of another arena is in none of this arena's chunks: rewind finds the mark's chunk by
+ * walking back from the current one (the common case, a mark in the current chunk, is one
+ * comparison), gives back the chunks after it and moves the cursor. A mark above the cursor of
+ * its chunk is a rewind forward (or a mark taken before a reset).
+ * Stale marks: a rewind that frees something begins a new epoch, and everything above its
+ * position is born again in it; a reset begins one for the whole arena. A mark is valid while
+ * the memory at its position was born no later than the mark's epoch, so one made invalid by a
+ * rewind past it (or a reset) is caught even when the cursor has since passed it again. Where
+ * memory was born is a staircase over offsets (`born`, rising in offset and in epoch); it keeps
+ * the last BORN_STEPS steps, and a mark older than 65,536 epochs reads as the newest epoch with
+ * its low bits: both only ever accept a stale mark, never refuse a valid one.
  * When the current chunk is full the arena takes a new one, twice as large as the last (at
  * most GROW_MAX unless one request needs more). The largest chunk a rewind gives back is kept
  * as a spare for the next growth, so a loop that rewinds across a chunk boundary does not
@@ -27,7 +35,8 @@
  *
  * Invariants: data(current) <= cursor <= end == current + current->bytes;
  *   for every older chunk c: data(c) <= c->filled <= c + c->bytes;
- *   used == current->used_before + (cursor - data(current)).
+ *   used == current->used_before + (cursor - data(current));
+ *   born[i].above < born[i + 1].above and born[i].epoch < born[i + 1].epoch <= epoch.
  */
 #include "fastpath.h"
 #define CMALLOC_BUILDING /* the exported functions, not the header's inline copies */
@@ -35,9 +44,14 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
-#define HEADER   64 /* chunk header, keeps data 64-byte aligned */
-#define GROW_MAX ((size_t)64 << 20)
+#define HEADER     64 /* chunk header, keeps data 64-byte aligned */
+#define GROW_MAX   ((size_t)64 << 20)
+#define BORN_STEPS 64
+#define MARK_ADDRESS_BITS 48 /* the page heap's addresses fit (CM_ADDRESS_BITS) */
+#define MARK_EPOCH_MASK   0xffffu
+_Static_assert(CM_ADDRESS_BITS <= MARK_ADDRESS_BITS, "a mark holds an address in 48 bits");
 _Static_assert(CM_PAGE_SIZE >= 4096, "chunk ends must be aligned to 4096 (cmalloc.h)");
 
 typedef struct arena_chunk {
@@ -53,6 +67,13 @@ struct cmalloc_arena {
                                        (cmalloc.h: the inline cmalloc_arena_alloc bumps cursor) */
     arena_chunk *current;           /* newest chunk; ->prev the older ones */
     arena_chunk *spare;             /* given back by a rewind, kept for the next growth */
+    uint64_t epoch;                 /* rewinds that freed something, and resets, so far */
+    uint64_t base_epoch;            /* when offsets below every step were born: the last reset */
+    struct {
+        size_t above;   /* offsets (used() values) above this one ... */
+        uint64_t epoch; /* ... were born in this epoch */
+    } born[BORN_STEPS];
+    size_t steps;
 };
 
 static char *data(arena_chunk *chunk)
@@ -152,7 +173,8 @@ CM_EXPORT void *cmalloc_arena_alloc(cmalloc_arena *arena, size_t size, size_t al
 
 CM_EXPORT size_t cmalloc_arena_mark(const cmalloc_arena *arena)
 {
-    return (size_t)(uintptr_t)arena->head.cursor;
+    return (size_t)(uintptr_t)arena->head.cursor |
+           (size_t)(arena->epoch & MARK_EPOCH_MASK) << MARK_ADDRESS_BITS;
 }
 
 CM_EXPORT size_t cmalloc_arena_used(const cmalloc_arena *arena)
@@ -173,43 +195,72 @@ static void give_back(cmalloc_arena *arena, arena_chunk *chunk)
     arena->spare = chunk;
 }
 
+enum bad_mark { MARK_AHEAD, MARK_ELSEWHERE, MARK_STALE };
+
 static CM_COLD __attribute__((noreturn)) void report_mark(const cmalloc_arena *arena, size_t mark,
-                                                          bool ahead)
+                                                          enum bad_mark why)
 {
+    static const char *const reasons[] = {
+        [MARK_AHEAD] = " (a rewind forward, or a mark from before a reset)",
+        [MARK_ELSEWHERE] = " (another arena's mark, or one freed by a rewind or reset)",
+        [MARK_STALE] = " (made invalid by an earlier rewind past it, or by a reset; the memory "
+                       "there has been handed out again)",
+    };
     cm_message m = {.length = 0};
     cm_message_str(&m, "cmalloc: cmalloc_arena_rewind(): mark ");
     cm_message_hex(&m, mark);
-    if (ahead) {
-        cm_message_str(&m, " is ahead of the arena's position ");
-        cm_message_hex(&m, (uintptr_t)arena->head.cursor);
-        cm_message_str(&m, " (a rewind forward, or a mark from before a reset)");
-    } else {
-        cm_message_str(&m, " is not a position of arena ");
-        cm_message_hex(&m, (uintptr_t)arena);
-        cm_message_str(&m, " (another arena's mark, or one freed by a rewind or reset)");
-    }
+    cm_message_str(&m, why == MARK_AHEAD ? " is ahead of the arena's position "
+                                         : " is not a position of arena ");
+    cm_message_hex(&m, why == MARK_AHEAD ? cmalloc_arena_mark(arena) : (uintptr_t)arena);
+    cm_message_str(&m, reasons[why]);
     cm_message_str(&m, "; aborting\n");
     cm_message_write(&m, 2);
     abort();
 }
 
+/* The epoch at which the memory at offset was born. */
+static uint64_t born_at(const cmalloc_arena *arena, size_t offset)
+{
+    uint64_t epoch = arena->base_epoch;
+    for (size_t i = 0; i < arena->steps && arena->born[i].above < offset; i++)
+        epoch = arena->born[i].epoch;
+    return epoch;
+}
+
+/* A rewind to offset that frees something: a new epoch, in which all above it is born again. */
+static void rebirth_above(cmalloc_arena *arena, size_t offset)
+{
+    arena->epoch++;
+    while (arena->steps > 0 && arena->born[arena->steps - 1].above >= offset)
+        arena->steps--;
+    if (arena->steps == BORN_STEPS) { /* forget the oldest step: its marks may go unchecked */
+        memmove(&arena->born[0], &arena->born[1], sizeof arena->born[0] * (BORN_STEPS - 1));
+        arena->steps--;
+    }
+    arena->born[arena->steps].above = offset;
+    arena->born[arena->steps].epoch = arena->epoch;
+    arena->steps++;
+}
+
 CM_EXPORT void cmalloc_arena_rewind(cmalloc_arena *arena, size_t mark)
 {
-    char *to = (char *)(uintptr_t)mark;
+    char *to = (char *)(uintptr_t)(mark & (((size_t)1 << MARK_ADDRESS_BITS) - 1));
+    uint64_t mark_epoch =
+        arena->epoch - ((arena->epoch - (mark >> MARK_ADDRESS_BITS)) & MARK_EPOCH_MASK);
     arena_chunk *chunk = arena->current;
-    if (CM_LIKELY(to >= data(chunk) && to <= arena->head.cursor)) {
-        arena->head.cursor = to;
-        return;
-    }
+    size_t used = cmalloc_arena_used(arena);
     if (to > arena->head.cursor && to <= arena->head.end)
-        report_mark(arena, mark, true);
-    do
+        report_mark(arena, mark, MARK_AHEAD);
+    while (chunk != NULL && !(to >= data(chunk) && to <= (char *)chunk + chunk->bytes))
         chunk = chunk->prev;
-    while (chunk != NULL && !(to >= data(chunk) && to <= (char *)chunk + chunk->bytes));
     if (chunk == NULL)
-        report_mark(arena, mark, false);
-    if (to > chunk->filled)
-        report_mark(arena, mark, true);
+        report_mark(arena, mark, MARK_ELSEWHERE);
+    if (chunk != arena->current && to > chunk->filled)
+        report_mark(arena, mark, MARK_AHEAD);
+    size_t offset = chunk->used_before + (size_t)(to - data(chunk));
+    /* in the mark's own epoch nothing was born since: it is valid */
+    if (mark_epoch != arena->epoch && born_at(arena, offset) > mark_epoch)
+        report_mark(arena, mark, MARK_STALE);
     while (arena->current != chunk) {
         arena_chunk *newer = arena->current;
         arena->current = newer->prev;
@@ -217,6 +268,8 @@ CM_EXPORT void cmalloc_arena_rewind(cmalloc_arena *arena, size_t mark)
     }
     use(arena, chunk);
     arena->head.cursor = to;
+    if (offset < used)
+        rebirth_above(arena, offset);
 }
 
 CM_EXPORT void cmalloc_arena_reset(cmalloc_arena *arena)
@@ -236,6 +289,8 @@ CM_EXPORT void cmalloc_arena_reset(cmalloc_arena *arena)
     keep->prev = NULL;
     keep->used_before = 0;
     use(arena, keep);
+    arena->base_epoch = ++arena->epoch;
+    arena->steps = 0;
 }
 
 CM_EXPORT void cmalloc_arena_destroy(cmalloc_arena *arena)

@@ -191,11 +191,15 @@ typedef struct cm_page_class {
 typedef struct cm_pagemap_leaf {
     cm_page_class classes[CM_PAGEMAP_LEAF_ENTRIES]; /* first: free indexes it with no offset */
     cm_span *spans[CM_PAGEMAP_LEAF_ENTRIES];
+    size_t used;   /* entries that are not NULL (written under the page heap's lock) */
+    bool released; /* classes and spans given back to the OS while used == 0 */
 } cm_pagemap_leaf;
 extern cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
 bool cm_pagemap_ensure(uintptr_t page, size_t pages);
 void cm_pagemap_set(uintptr_t page, cm_span *span);
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
+size_t cm_pagemap_release_empty(void);
+size_t cm_pagemap_bytes(void);
 void cm_pagemap_fork(int phase);
 #ifdef CM_MIDDLE_OWNER
 void cm_pagemap_set_owner(const cm_span *span, unsigned owner);

@@ -242,21 +242,28 @@ extern cm_new_handler _ZSt15get_new_handlerv(void) __attribute__((weak));
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 bool cm_call_new_handler_nothrow(cm_new_handler handler); /* new_handler.cc */
 
+/* std::bad_alloc, or NULL for a nothrow form; why names the cause when there is no C++
+ * runtime to throw it. */
+static CM_COLD void *refuse_new(bool nothrow, const char *why)
+{
+    if (nothrow)
+        return NULL;
+    if (_ZSt17__throw_bad_allocv)
+        _ZSt17__throw_bad_allocv();
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: operator new: ");
+    cm_message_str(&m, why);
+    cm_message_str(&m, " and no C++ runtime to throw std::bad_alloc; aborting\n");
+    cm_message_write(&m, 2);
+    abort();
+}
+
 static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow)
 {
     for (;;) {
         cm_new_handler handler = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
-        if (handler == NULL) {
-            if (nothrow)
-                return NULL;
-            if (_ZSt17__throw_bad_allocv)
-                _ZSt17__throw_bad_allocv();
-            cm_message m = {.length = 0};
-            cm_message_str(&m, "cmalloc: operator new: out of memory and no C++ runtime to throw "
-                               "std::bad_alloc; aborting\n");
-            cm_message_write(&m, 2);
-            abort();
-        }
+        if (handler == NULL)
+            return refuse_new(nothrow, "out of memory");
         if (!nothrow)
             handler();
         else if (!cm_call_new_handler_nothrow(handler))
@@ -299,24 +306,32 @@ CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag)
     (void)tag;
     return new_object(size, 0, true);
 }
-/* new(size, align_val_t), new[](size, align_val_t), and their nothrow forms */
+/* new(size, align_val_t), new[](size, align_val_t), and their nothrow forms. An alignment
+ * that is not a power of two (0 included) is refused at once, as libstdc++ does: bad_alloc
+ * without asking the new_handler, which could never make it valid. */
+static inline void *new_aligned(size_t size, size_t alignment, bool nothrow)
+{
+    if (CM_UNLIKELY(alignment == 0 || (alignment & (alignment - 1)) != 0))
+        return refuse_new(nothrow, "an alignment that is not a power of two");
+    return new_object(size, alignment, nothrow);
+}
 CM_NEW(_ZnwmSt11align_val_t, size_t size, size_t alignment)
 {
-    return new_object(size, alignment, false);
+    return new_aligned(size, alignment, false);
 }
 CM_NEW(_ZnamSt11align_val_t, size_t size, size_t alignment)
 {
-    return new_object(size, alignment, false);
+    return new_aligned(size, alignment, false);
 }
 CM_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
 {
     (void)tag;
-    return new_object(size, alignment, true);
+    return new_aligned(size, alignment, true);
 }
 CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
 {
     (void)tag;
-    return new_object(size, alignment, true);
+    return new_aligned(size, alignment, true);
 }
 
 /* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow */

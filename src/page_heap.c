@@ -417,8 +417,11 @@ size_t cm_page_heap_release(bool everything)
     int64_t delay = cm_option.release_delay_ms;
     size_t pages =
         release_idle_locked(cm_os_now_ms(), everything || delay < 0 ? 0 : (uint64_t)delay);
+    size_t bytes = pages << CM_PAGE_SHIFT;
+    if (everything)
+        bytes += cm_pagemap_release_empty();
     cm_lock_release(&heap_lock);
-    return pages << CM_PAGE_SHIFT;
+    return bytes;
 }
 
 /* Unmaps every free span: the last resort when the OS refuses memory (address space limits

@@ -6,17 +6,28 @@
  *             on demand, resident only where written), covering 2 GiB of address space
  *
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
- * freed or moved. pagemap_lock serializes only leaf creation. Writers of entries are the page
- * heap (under its lock) and the mmap path (for pages it alone owns), after cm_pagemap_ensure.
+ * unmapped or moved. pagemap_lock serializes leaf creation. Every writer of entries holds the
+ * page heap's lock (the mmap path too, through cm_page_heap_set_mapped), after
+ * cm_pagemap_ensure; so does cm_pagemap_release_empty, which gives back the pages of a leaf
+ * whose entries are all NULL: a reader then finds zero pages, which read as NULL entries, the
+ * same answer. A leaf counts in the metadata bytes while it is not released.
  * Invariant: an entry is NULL or points to the live span that contains its page, and its
  * class byte equals that span's size_class (0 when NULL) and, for a SMALL span, its page
- * byte is the page's distance from the span's first page. MIDDLE=owner: every page of a span
- * has the same owner (0 when the span is set), written by the central cache on a fill.
+ * byte is the page's distance from the span's first page; a leaf's used counts its entries
+ * that are not NULL, and a released leaf has used == 0. MIDDLE=owner: every page of a span has
+ * the same owner (0 when the span is set), written by the central cache on a fill (under the
+ * class's lock: the span is SMALL, so its leaf is in use and never released meanwhile).
  */
 #include "internal.h"
 
 cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
 static cm_lock pagemap_lock = CM_LOCK_INIT;
+#define LEAF_BYTES    ((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1))
+/* classes and spans, which are page-aligned in size: what a release gives back */
+#define ENTRIES_BYTES (offsetof(cm_pagemap_leaf, used) & ~(CM_PAGE_SIZE - 1))
+/* Root indexes that have a leaf lie in [first_leaf, last_leaf]; written under pagemap_lock. */
+static size_t first_leaf = SIZE_MAX, last_leaf;
+static size_t leaves, released_leaves; /* leaves under pagemap_lock; released: heap lock */
 
 /* Makes sure leaves exist for pages [page, page + pages). False when the OS refuses memory. */
 bool cm_pagemap_ensure(uintptr_t page, size_t pages)
@@ -28,13 +39,15 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
             continue;
         cm_lock_acquire(&pagemap_lock);
         if (cm_pagemap_root[i] == NULL) {
-            cm_pagemap_leaf *leaf =
-                cm_os_map((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1));
+            cm_pagemap_leaf *leaf = cm_os_map(LEAF_BYTES);
             if (leaf == NULL) {
                 cm_lock_release(&pagemap_lock);
                 return false;
             }
             __atomic_store_n(&cm_pagemap_root[i], leaf, __ATOMIC_RELEASE);
+            __atomic_store_n(&leaves, leaves + 1, __ATOMIC_RELAXED);
+            first_leaf = i < first_leaf ? i : first_leaf;
+            last_leaf = i > last_leaf ? i : last_leaf;
         }
         cm_lock_release(&pagemap_lock);
     }
@@ -45,6 +58,13 @@ void cm_pagemap_set(uintptr_t page, cm_span *span)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS];
     size_t i = page & (CM_PAGEMAP_LEAF_ENTRIES - 1);
+    if ((leaf->spans[i] == NULL) != (span == NULL)) {
+        leaf->used += span ? 1 : (size_t)-1;
+        if (leaf->released) { /* its pages come back as they are written */
+            leaf->released = false;
+            __atomic_store_n(&released_leaves, released_leaves - 1, __ATOMIC_RELAXED);
+        }
+    }
     leaf->spans[i] = span;
     leaf->classes[i].size_class = span ? span->size_class : 0;
     leaf->classes[i].span_pages = span && span->size_class ? (uint8_t)(page - span->page) : 0;
@@ -71,6 +91,34 @@ void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span)
 {
     for (size_t i = 0; i < pages; i++)
         cm_pagemap_set(page + i, span);
+}
+
+/* Gives back the entry pages of every leaf that maps nothing (the caller holds the page heap's
+ * lock, so no entry changes meanwhile). Returns the bytes given back. */
+size_t cm_pagemap_release_empty(void)
+{
+    cm_lock_acquire(&pagemap_lock);
+    size_t first = first_leaf, last = last_leaf;
+    cm_lock_release(&pagemap_lock);
+    size_t bytes = 0;
+    for (size_t i = first; i <= last && first != SIZE_MAX; i++) {
+        cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE);
+        if (leaf == NULL || leaf->used != 0 || leaf->released)
+            continue;
+        cm_os_release(leaf, ENTRIES_BYTES);
+        leaf->released = true;
+        __atomic_store_n(&released_leaves, released_leaves + 1, __ATOMIC_RELAXED);
+        bytes += ENTRIES_BYTES;
+    }
+    return bytes;
+}
+
+/* Bytes of the leaves that are not released, for the metadata figure. */
+size_t cm_pagemap_bytes(void)
+{
+    size_t held = __atomic_load_n(&leaves, __ATOMIC_RELAXED) -
+                  __atomic_load_n(&released_leaves, __ATOMIC_RELAXED);
+    return held * LEAF_BYTES;
 }
 
 void cm_pagemap_fork(int phase)

@@ -49,6 +49,11 @@
  * chunk it leaves after publishing the new current one (all sequentially consistent), so a
  * chunk with free objects is always current, listed, or about to be listed by one of them.
  * Without the flag one thread at a time uses the pool and nothing is atomic.
+ * Destroyed pools: a pool's struct is never freed. Destroy leaves it saying "destroyed" with an
+ * empty head, so a call through the stale handle (the inline paths too) reaches the library,
+ * which reports it instead of setting a bit in a chunk that malloc may have handed out again;
+ * the struct goes on retired_pools and a later create reuses it (a stale handle then names
+ * that newer pool, whose checks refuse objects that are not its own).
  * Lock order: pools_lock (the list of THREAD_SAFE pools), then a pool's lock, then the page
  * heap's (chunk allocation). fork takes them all, in that order, before the allocator's
  * locks (init.c): a child may use a THREAD_SAFE pool another thread was allocating from.
@@ -116,6 +121,7 @@ struct cmalloc_pool {
     size_t per_chunk; /* object slots in one chunk */
     size_t summary_words, free_words;
     size_t capacity; /* FIXED: the limit; GROW: object slots of every chunk */
+    bool destroyed;  /* retired by cmalloc_pool_destroy, not yet reused */
 };
 
 /* what a pool's word points at before its first chunk, and a THREAD_SAFE pool's head.word
@@ -123,7 +129,8 @@ struct cmalloc_pool {
 static uint64_t no_objects;
 
 static cm_lock pools_lock = CM_LOCK_INIT;
-static cmalloc_pool *shared_pools; /* every THREAD_SAFE pool, for fork */
+static cmalloc_pool *shared_pools;  /* every THREAD_SAFE pool, for fork */
+static cmalloc_pool *retired_pools; /* destroyed pools' structs, through next_shared */
 
 static void shared_pools_add(cmalloc_pool *pool)
 {
@@ -272,6 +279,41 @@ static void layout(cmalloc_pool *pool, size_t object_size, size_t capacity)
     pool->head.chunk_shift = (unsigned)__builtin_ctzll(bytes);
 }
 
+/* A pool with no chunk: what create starts from, and what destroy leaves behind. Its head
+ * sends every inline path to the library: no object in the word, no known chunk. */
+static void make_empty(cmalloc_pool *pool, unsigned flags, bool destroyed)
+{
+    *pool = (cmalloc_pool){.head.word = &no_objects,
+                           .shared_word = &no_objects,
+                           .lock = CM_LOCK_INIT,
+                           .flags = flags,
+                           .destroyed = destroyed};
+    for (size_t i = 0; i < KNOWN_SLOTS; i++)
+        pool->shared_known[i] = NOT_CHUNK;
+}
+
+/* Gives the chunks back and keeps the struct for a later create. */
+static void retire(cmalloc_pool *pool)
+{
+    chunks_free(pool->chunks);
+    make_empty(pool, 0, true);
+    cm_lock_acquire(&pools_lock);
+    pool->next_shared = retired_pools;
+    retired_pools = pool;
+    cm_lock_release(&pools_lock);
+}
+
+static CM_COLD void report_destroyed(const char *caller, const cmalloc_pool *pool)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: ");
+    cm_message_str(&m, caller);
+    cm_message_str(&m, ": pool ");
+    cm_message_hex(&m, (uintptr_t)pool);
+    cm_message_str(&m, " was destroyed");
+    cm_report_finish(&m);
+}
+
 CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity, unsigned flags)
 {
     if (object_size == 0 || object_size > MAX_OBJECT ||
@@ -282,13 +324,14 @@ CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity,
         return fail(ENOMEM);
     if (CM_UNLIKELY(!cm_is_initialized()))
         cm_init();
-    cmalloc_pool *pool = cm_alloc(sizeof *pool);
-    if (pool == NULL)
+    cm_lock_acquire(&pools_lock);
+    cmalloc_pool *pool = retired_pools;
+    if (pool != NULL)
+        retired_pools = pool->next_shared;
+    cm_lock_release(&pools_lock);
+    if (pool == NULL && (pool = cm_metadata_alloc(sizeof *pool)) == NULL)
         return fail(ENOMEM);
-    *pool = (cmalloc_pool){
-        .head.word = &no_objects, .shared_word = &no_objects, .lock = CM_LOCK_INIT, .flags = flags};
-    for (size_t i = 0; i < KNOWN_SLOTS; i++)
-        pool->shared_known[i] = NOT_CHUNK;
+    make_empty(pool, flags, false);
     layout(pool, object_size, capacity);
     /* The reservation: whole chunks, the last one cut to the capacity of a FIXED pool. */
     for (size_t reserved = 0; reserved < capacity; reserved += pool->per_chunk) {
@@ -297,8 +340,7 @@ CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity,
                              : pool->per_chunk;
         pool_chunk *chunk = chunk_new(pool, objects);
         if (chunk == NULL) {
-            chunks_free(pool->chunks);
-            cm_free(pool);
+            retire(pool);
             return fail(ENOMEM);
         }
         if (objects < pool->per_chunk) {
@@ -427,6 +469,11 @@ static ALWAYS_INLINE void *take(cmalloc_pool *pool, bool shared)
 
 static CM_NOINLINE void *alloc_slow(cmalloc_pool *pool)
 {
+    if (CM_UNLIKELY(pool->destroyed)) {
+        report_destroyed("cmalloc_pool_alloc()", pool);
+        errno = EINVAL;
+        return NULL;
+    }
     if (!(pool->flags & CMALLOC_POOL_THREAD_SAFE))
         return take(pool, false);
     cm_lock_acquire(&pool->lock);
@@ -560,6 +607,10 @@ static CM_NOINLINE void release_unknown(cmalloc_pool *pool, void *object, bool s
  * first). THREAD_SAFE: the shared path, the same with atomic bits and its own known chunks. */
 static CM_NOINLINE void release_other(cmalloc_pool *pool, void *object)
 {
+    if (CM_UNLIKELY(pool->destroyed)) {
+        report_destroyed("cmalloc_pool_free()", pool);
+        return;
+    }
     pool_chunk *chunk = (pool_chunk *)((uintptr_t)object & pool->chunk_mask);
     bool shared = pool->flags & CMALLOC_POOL_THREAD_SAFE;
     if (shared
@@ -599,10 +650,13 @@ CM_EXPORT void cmalloc_pool_destroy(cmalloc_pool *pool)
 {
     if (pool == NULL)
         return;
+    if (pool->destroyed) {
+        report_destroyed("cmalloc_pool_destroy()", pool);
+        return;
+    }
     if (pool->flags & CMALLOC_POOL_THREAD_SAFE)
         shared_pools_remove(pool);
-    chunks_free(pool->chunks);
-    cm_free(pool);
+    retire(pool);
 }
 
 /* The invariants in the header comment; the pool must be quiescent. */

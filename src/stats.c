@@ -40,7 +40,7 @@ CM_EXPORT int cmalloc_stats_get(cmalloc_stats *stats)
     size_t out = small_out + large_bytes + mapped_live;
     stats->bytes_in_use = out > held ? out - held : 0;
     stats->bytes_mapped = cm_os_mapped_bytes();
-    stats->bytes_metadata = cm_metadata_bytes();
+    stats->bytes_metadata = cm_metadata_bytes() + cm_pagemap_bytes();
     return 0;
 }
 

@@ -24,7 +24,10 @@
  * A cache whose thread exited without that destructor (its first allocation came in the last
  * round of key destructors, where glibc no longer looks at new values, or no key could be
  * made) is an orphan: the registry is swept for caches whose thread id has left the process,
- * a few per cache created and all of them when stats are read, and orphans are recycled.
+ * a few per cache created and all of them when stats are read, and orphans are recycled. A
+ * thread id says nothing in a process the cache was not made in: a child made by clone() or
+ * syscall(SYS_fork) runs no atfork handler, and its main thread goes on with a cache naming its
+ * parent's thread; such caches (owner_pid not this process) are never taken for orphans.
  * Fork: in the child the other threads' caches are left behind whole, never flushed or reused
  * (their lists may be half-updated); a free there of a block on one of their lists is its first
  * in the child (cm_thread_cache_take_left_behind).
@@ -436,20 +439,22 @@ static void thread_exit(void *arg)
  * lists are safe to walk: nobody touches them any more. Caller holds no lock. */
 static void sweep_orphans(size_t count)
 {
+    int pid = cm_os_process_id();
     for (size_t i = 0; i < count; i++) {
         cm_lock_acquire(&registry_lock);
         cm_thread_cache *cache = sweep_next ? sweep_next : registry;
         uint64_t registration = 0;
-        int tid = 0;
+        int tid = 0, owner_pid = 0;
         if (cache != NULL) {
             sweep_next = cache->next;
             registration = cache->registration;
             tid = cache->owner_tid;
+            owner_pid = cache->owner_pid;
         }
         cm_lock_release(&registry_lock);
         if (cache == NULL)
             return;
-        if (cache == cm_thread_cache_current || cm_os_thread_alive(tid))
+        if (cache == cm_thread_cache_current || owner_pid != pid || cm_os_thread_alive(tid))
             continue;
         cm_lock_acquire(&registry_lock);
         if (cache->registration == registration) { /* caches are never unmapped: safe to read */
@@ -478,6 +483,7 @@ static CM_NOINLINE cm_thread_cache *create(void)
     }
     cache->max_size = CM_THREAD_START_BUDGET;
     cache->owner_tid = cm_os_thread_id();
+    cache->owner_pid = cm_os_process_id();
 #ifdef CM_MIDDLE_OWNER
     cache->slot = cm_remote_open();
 #endif
@@ -760,9 +766,12 @@ bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
 }
 
 /* In a forked child, always (also when fork took no lock): the thread's cache must carry the
- * child thread's own id, or a later sweep would take it for an orphan. */
+ * child thread's own ids, or a later sweep would take it for an orphan (or, with the parent's
+ * pid, never recycle it). */
 void cm_thread_cache_fork_owner(void)
 {
-    if (thread_state == THREAD_LIVE)
+    if (thread_state == THREAD_LIVE) {
         cm_thread_cache_current->owner_tid = cm_os_thread_id();
+        cm_thread_cache_current->owner_pid = cm_os_process_id();
+    }
 }

@@ -101,6 +101,9 @@ typedef struct cm_thread_cache {
     size_t published_size;        /* bytes on the lists as of each list's last slow path, for
                                      stats (atomic) */
     int owner_tid;                /* kernel id of its thread, to find caches whose thread is gone */
+    int owner_pid;                /* the process owner_tid is an id in: a child made without
+                                     fork's handlers (clone, syscall(SYS_fork)) still has its
+                                     parent's, and its caches are never taken for orphans */
     uint64_t registration;        /* its number in the registry while registered, else 0 */
     struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
     struct cm_thread_cache *prev;

@@ -225,7 +225,8 @@ static void inline_and_exported_agree(void **state)
     (void)state;
     uint64_t s = seed_from_env("test_arena: inline_and_exported_agree") | 1;
     cmalloc_arena *fast = cmalloc_arena_create(1 << 16), *called = cmalloc_arena_create(1 << 16);
-    char *fast0 = (char *)cmalloc_arena_mark(fast), *called0 = (char *)cmalloc_arena_mark(called);
+    /* each arena's first byte: a one-byte allocation, made in both so used() stays equal */
+    char *fast0 = cmalloc_arena_alloc(fast, 1, 1), *called0 = cmalloc_arena_alloc(called, 1, 1);
     bool comparable = true;
     for (int i = 0; i < 20000; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -251,8 +252,8 @@ static void inline_and_exported_agree(void **state)
         if (i % 500 == 499) {
             cmalloc_arena_reset(fast);
             cmalloc_arena_reset(called);
-            fast0 = (char *)cmalloc_arena_mark(fast);
-            called0 = (char *)cmalloc_arena_mark(called);
+            fast0 = cmalloc_arena_alloc(fast, 1, 1);
+            called0 = cmalloc_arena_alloc(called, 1, 1);
             comparable = true;
         }
     }
@@ -304,6 +305,17 @@ static void expect_ahead(cmalloc_arena *arena, size_t mark)
              "cmalloc: cmalloc_arena_rewind(): mark %p is ahead of the "
              "arena's position %p (a rewind forward, or a mark from before a reset); aborting\n",
              (void *)mark, (void *)(uintptr_t)cmalloc_arena_mark(arena));
+    expect_death(rewind_body, &(bad_rewind){arena, mark}, expected);
+}
+
+static void expect_stale(cmalloc_arena *arena, size_t mark)
+{
+    char expected[320];
+    snprintf(expected, sizeof expected,
+             "cmalloc: cmalloc_arena_rewind(): mark %p is not a position of arena %p (made "
+             "invalid by an earlier rewind past it, or by a reset; the memory there has been "
+             "handed out again); aborting\n",
+             (void *)mark, (void *)arena);
     expect_death(rewind_body, &(bad_rewind){arena, mark}, expected);
 }
 
@@ -370,6 +382,60 @@ static void death_rewind_stale(void **state)
     cmalloc_arena_destroy(arena);
 }
 
+/* Marks made invalid by a rewind past them or a reset, whose position the cursor has passed
+ * again: accepted, the next allocation would overlap a live object. */
+static void death_rewind_stale_passed_again(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(1 << 16);
+    size_t m1 = cmalloc_arena_mark(arena);
+    cmalloc_arena_alloc(arena, 100, 16);
+    size_t m2 = cmalloc_arena_mark(arena);
+    cmalloc_arena_alloc(arena, 100, 16);
+    cmalloc_arena_rewind(arena, m1);
+    char *live = cmalloc_arena_alloc(arena, 500, 16); /* covers m2's position */
+    memset(live, 'x', 500);
+    expect_stale(arena, m2);
+    size_t m3 = cmalloc_arena_mark(arena);
+    cmalloc_arena_alloc(arena, 100, 16);
+    cmalloc_arena_reset(arena);
+    cmalloc_arena_alloc(arena, 2000, 16); /* past m3 again */
+    expect_stale(arena, m3);
+    cmalloc_arena_destroy(arena);
+}
+
+/* What stays valid: an outer mark under 100,000 inner rewinds (past the 16 bits of epoch a
+ * mark holds), and marks left by rewinds at rising positions, taken back in any order down. */
+static void valid_marks_stay_valid(void **state)
+{
+    (void)state;
+    cmalloc_arena *arena = cmalloc_arena_create(1 << 16);
+    char *base = cmalloc_arena_alloc(arena, 64, 16);
+    size_t outer = cmalloc_arena_mark(arena);
+    for (int i = 0; i < 100000; i++) {
+        size_t inner = cmalloc_arena_mark(arena);
+        memset(cmalloc_arena_alloc(arena, 32, 16), 'i', 32);
+        cmalloc_arena_rewind(arena, inner);
+    }
+    cmalloc_arena_rewind(arena, outer);
+    assert_int_equal(cmalloc_arena_used(arena), 64);
+    enum { RISING = 40 };
+    size_t marks[RISING];
+    for (int i = 0; i < RISING; i++) { /* mark, 2 blocks, rewind past the second: rising */
+        cmalloc_arena_alloc(arena, 48, 16);
+        marks[i] = cmalloc_arena_mark(arena);
+        cmalloc_arena_alloc(arena, 48, 16);
+        size_t back = cmalloc_arena_mark(arena);
+        cmalloc_arena_alloc(arena, 48, 16);
+        cmalloc_arena_rewind(arena, back);
+    }
+    for (int i = RISING - 1; i >= 0; i -= 3)
+        cmalloc_arena_rewind(arena, marks[i]);
+    cmalloc_arena_rewind(arena, outer);
+    assert_ptr_equal(cmalloc_arena_alloc(arena, 16, 16), base + 64);
+    cmalloc_arena_destroy(arena);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -384,6 +450,8 @@ int main(void)
         cmocka_unit_test(death_rewind_forward),
         cmocka_unit_test(death_rewind_other_arena),
         cmocka_unit_test(death_rewind_stale),
+        cmocka_unit_test(death_rewind_stale_passed_again),
+        cmocka_unit_test(valid_marks_stay_valid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

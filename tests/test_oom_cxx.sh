@@ -93,6 +93,26 @@ int main()
     check(opaque(::operator new(too_big, std::align_val_t(256), std::nothrow)) == nullptr,
           "nothrow aligned operator new is not NULL");
 
+    // 1b. An alignment that is not a power of two (0 included) is no request libstdc++ serves:
+    // the throwing forms throw std::bad_alloc at once (a new_handler is not asked), the
+    // nothrow forms return NULL; none hands out memory.
+    for (size_t bad : {size_t(0), size_t(3), size_t(24), size_t(4097)}) {
+        char what[96];
+        threw = false;
+        try { opaque(static_cast<char *>(::operator new(64, std::align_val_t(bad))))[0] = 1; }
+        catch (const std::bad_alloc &) { threw = true; }
+        std::snprintf(what, sizeof what, "operator new(64, align_val_t(%zu)) did not throw", bad);
+        check(threw, what);
+        threw = false;
+        try { opaque(static_cast<char *>(::operator new[](64, std::align_val_t(bad))))[0] = 1; }
+        catch (const std::bad_alloc &) { threw = true; }
+        std::snprintf(what, sizeof what, "operator new[](64, align_val_t(%zu)) did not throw", bad);
+        check(threw, what);
+        std::snprintf(what, sizeof what, "nothrow operator new(64, align_val_t(%zu)) is not NULL", bad);
+        check(opaque(::operator new(64, std::align_val_t(bad), std::nothrow)) == nullptr, what);
+        check(opaque(::operator new[](64, std::align_val_t(bad), std::nothrow)) == nullptr, what);
+    }
+
     // 2. A new_handler that frees a reserve: new calls it and the retry succeeds.
     reserve = new char[64 * MiB];
     std::memset(reserve, 1, 4096);

@@ -435,6 +435,60 @@ static void death_free_of_a_pool_object(void **state)
     cmalloc_pool_destroy(pool);
 }
 
+/* A pool used after cmalloc_pool_destroy: its chunks are gone (malloc may have reused them),
+ * so a free through the stale handle, inline or exported, and an allocation are reported. */
+typedef struct after_destroy {
+    cmalloc_pool *pool;
+    void *object;
+    int call; /* 0 inline free, 1 exported free, 2 alloc, 3 destroy again */
+} after_destroy;
+
+static void after_destroy_body(void *arg)
+{
+    after_destroy *a = arg;
+    if (a->call == 0)
+        cmalloc_pool_free(a->pool, a->object);
+    else if (a->call == 1)
+        (cmalloc_pool_free)(a->pool, a->object);
+    else if (a->call == 2)
+        cmalloc_pool_alloc(a->pool);
+    else
+        cmalloc_pool_destroy(a->pool);
+}
+
+/* A GROW pool with 8 objects out, one freed and taken again (its chunk now known to the
+ * inline free), destroyed; then malloc asks for what the chunk was. objects[] gets the 8. */
+static cmalloc_pool *destroyed_pool(void *objects[8], unsigned char **block)
+{
+    cmalloc_pool *pool = cmalloc_pool_create(64, 0, CMALLOC_POOL_GROW);
+    for (int i = 0; i < 8; i++)
+        objects[i] = cmalloc_pool_alloc(pool);
+    cmalloc_pool_free(pool, objects[0]);
+    objects[0] = cmalloc_pool_alloc(pool);
+    cmalloc_pool_destroy(pool);
+    *block = malloc(60000);
+    memset(*block, 0xab, 60000);
+    return pool;
+}
+
+static void death_use_after_destroy(void **state)
+{
+    (void)state;
+    static const char *const callers[] = {"cmalloc_pool_free()", "cmalloc_pool_free()",
+                                          "cmalloc_pool_alloc()", "cmalloc_pool_destroy()"};
+    void *objects[8];
+    unsigned char *block;
+    cmalloc_pool *pool = destroyed_pool(objects, &block);
+    for (int call = 0; call < 4; call++) {
+        char expected[160];
+        snprintf(expected, sizeof expected, "cmalloc: %s: pool %p was destroyed; aborting\n",
+                 callers[call], (void *)pool);
+        expect_death(after_destroy_body, &(after_destroy){pool, objects[1 + call], call},
+                     expected);
+    }
+    free(block);
+}
+
 /* With CMALLOC_ABORT_ON_ERROR=0 (read once at start: a re-executed copy of this binary runs
  * keep_going_child) a double free and a foreign pointer are reported and ignored: the pool is
  * intact, the object is not handed out twice. */
@@ -450,6 +504,14 @@ static int keep_going_child(void)
     bool ok = b != NULL && c != NULL && b != c && cmalloc_pool_alloc(pool) == NULL &&
               cmalloc_pool_in_use(pool) == 2 && cm_pool_valid(pool);
     cmalloc_pool_destroy(pool);
+    void *objects[8]; /* a destroyed pool's objects freed: malloc's block stays as it was */
+    unsigned char *block;
+    cmalloc_pool *dead = destroyed_pool(objects, &block);
+    for (int i = 0; i < 8; i++)
+        i % 2 ? (cmalloc_pool_free)(dead, objects[i]) : cmalloc_pool_free(dead, objects[i]);
+    for (size_t i = 0; i < 60000; i++)
+        ok = ok && block[i] == 0xab;
+    free(block);
     return ok ? 0 : 1;
 }
 
@@ -463,6 +525,7 @@ static void keep_going(void **state)
     assert_true(WIFEXITED(result.status) && WEXITSTATUS(result.status) == 0);
     assert_non_null(strstr(result.output, "double free"));
     assert_non_null(strstr(result.output, "is not an object of pool"));
+    assert_non_null(strstr(result.output, " was destroyed; leaking it and going on\n"));
     assert_non_null(strstr(result.output, "; leaking it and going on\n"));
 }
 
@@ -532,6 +595,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(death_foreign_pointers),
         cmocka_unit_test(death_past_a_fixed_pool),
         cmocka_unit_test(death_free_of_a_pool_object),
+        cmocka_unit_test(death_use_after_destroy),
         cmocka_unit_test(keep_going),
         cmocka_unit_test(fork_beside_pool_threads),
     };

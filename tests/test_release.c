@@ -5,6 +5,12 @@
  *   test_trim_returns_memory    512 MiB in 64-byte, 4 KiB, 2 MiB and 32 MiB objects, every page
  *                               touched; all freed; after malloc_trim(0) the resident set is
  *                               below 10% of its peak.
+ *   test_trim_pagemap_leaves    300 blocks of 40 MiB (past every mmap threshold, so each has its
+ *                               own mapping; one byte written in each), 12 GiB of address space:
+ *                               the pagemap leaves that map them count in bytes_metadata (at
+ *                               least two new ones); once all are freed, malloc_trim(0) gives
+ *                               those leaves back: bytes_metadata falls by as much and the
+ *                               resident set is within 1 MiB of where it was before.
  *   test_idle_release           the same in a re-executed copy of this binary with
  *                               CMALLOC_RELEASE_DELAY_MS=100 (options are read once, at the
  *                               allocator's start): all freed, then 600 ms idle with no
@@ -217,6 +223,36 @@ static int run_idle_child(const char *mode, char *output, size_t capacity)
     return result.status;
 }
 
+static void test_trim_pagemap_leaves(void **state)
+{
+    (void)state;
+    enum { BLOCKS = 300 };
+    const size_t block = 40 * MiB, leaf = 2 * MiB + 512 * KiB; /* a leaf's entries */
+    static char *blocks[BLOCKS];
+    malloc_trim(0);
+    size_t rss_before = resident_bytes();
+    size_t metadata_before = stats_now().bytes_metadata;
+    for (int i = 0; i < BLOCKS; i++) {
+        blocks[i] = malloc(block);
+        assert_non_null(blocks[i]);
+        blocks[i][0] = 1;
+    }
+    size_t metadata_held = stats_now().bytes_metadata;
+    for (int i = 0; i < BLOCKS; i++)
+        free(blocks[i]);
+    malloc_trim(0);
+    size_t metadata_after = stats_now().bytes_metadata;
+    size_t rss_after = resident_bytes();
+    printf("pagemap leaves: metadata %zu KiB before, %zu KiB with the blocks, %zu KiB after "
+           "malloc_trim(0); rss %zu KiB before, %zu KiB after\n",
+           metadata_before / KiB, metadata_held / KiB, metadata_after / KiB, rss_before / KiB,
+           rss_after / KiB);
+    assert_true(metadata_held >= metadata_before + 2 * leaf);
+    assert_true(metadata_after + 2 * leaf <= metadata_held);
+    assert_true(rss_after <= rss_before + MiB);
+    assert_true(cm_heap_check());
+}
+
 static void test_idle_release(void **state)
 {
     (void)state;
@@ -405,6 +441,7 @@ int main(int argc, char **argv)
         cmocka_set_test_filter(filter);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trim_returns_memory),
+        cmocka_unit_test(test_trim_pagemap_leaves),
         cmocka_unit_test(test_idle_release),
         cmocka_unit_test(test_no_thread_by_default),
         cmocka_unit_test(test_thread_churn),
