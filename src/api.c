@@ -78,22 +78,6 @@ void cm_free_list_full(void *p)
     cm_thread_cache_free_slow(p, cm_pagemap_leaf_of(p)->classes[cm_pagemap_index(p)].size_class);
 }
 
-#ifdef CM_MIDDLE_OWNER
-/* A free the fast path vetted whose span routes it to another thread's cache (its pagemap
- * entry's owner, remote.c): the remote-free path, unless a mode must see the call. The class
- * and owner are read again here rather than passed: the fast path keeps one register fewer. */
-void cm_free_remote(void *p)
-{
-    if (CM_UNLIKELY(cm_option.check || cm_sampling || !cm_is_initialized())) {
-        cm_free_slow(p, "free");
-        return;
-    }
-    CM_DEBUG_WALK();
-    cm_page_class entry = cm_pagemap_leaf_of(p)->classes[cm_pagemap_index(p)];
-    cm_thread_cache_free_remote(p, entry.size_class, entry.owner);
-}
-#endif
-
 size_t cm_usable_size(const void *p)
 {
     size_t size;

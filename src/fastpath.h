@@ -21,8 +21,6 @@
  * makes). No byte counts: a cache's bytes are bounded by its lists' max_length (thread_cache.c).
  * Together 73 instructions per malloc+free pair up to 1152 B (76 above) with the caller's loop
  * and PLT jumps; the budget test counts them with callgrind and fails above its budget.
- * MIDDLE=owner adds one test to free, before the push: the page's owner (pagemap) must be the
- * thread's slot, else the free is remote (cm_free_remote); 77 and 80 instructions.
  */
 static inline void *cm_alloc(size_t size)
 {
@@ -50,12 +48,6 @@ static inline void cm_free(void *p)
         uintptr_t mark = cm_free_mark(p);
         if (CM_LIKELY(offset * list->start_magic < list->start_limit &&
                       ((uintptr_t *)p)[1] != mark)) {
-#ifdef CM_MIDDLE_OWNER
-            if (CM_UNLIKELY(leaf->classes[index].owner != cache->slot)) {
-                cm_free_remote(p); /* another cache's span: a remote free */
-                return;
-            }
-#endif
             if (CM_LIKELY(--list->room >= 0)) {
                 cm_free_list_push(list, p, mark);
                 return;

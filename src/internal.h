@@ -271,6 +271,7 @@ void cm_central_fork(int phase);
 #ifdef CM_MIDDLE_OWNER
 /* remote.c: the owners' mailboxes (MIDDLE=owner) */
 unsigned cm_remote_open(void);
+bool cm_remote_is_open(unsigned slot);
 bool cm_remote_post(unsigned slot, void *first, void *last, size_t bytes);
 void *cm_remote_take(unsigned slot);
 void *cm_remote_close(unsigned slot);
@@ -284,7 +285,6 @@ bool cm_remote_valid(unsigned own);
 extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
 void *cm_thread_cache_alloc_slow(unsigned size_class);
 void cm_thread_cache_free_slow(void *object, unsigned size_class);
-void cm_thread_cache_free_remote(void *object, unsigned size_class, unsigned owner);
 void cm_thread_cache_flush_current(void);
 size_t cm_thread_cache_bytes(size_t *caches);
 bool cm_thread_cache_valid(void);
@@ -345,7 +345,6 @@ void cm_prof_fork(int phase);
 void *cm_alloc_slow(size_t size);
 void cm_free_slow(void *p, const char *caller);
 void cm_free_list_full(void *p);
-void cm_free_remote(void *p);
 void *cm_alloc_aligned(size_t alignment, size_t size);
 void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);

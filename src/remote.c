@@ -62,6 +62,12 @@ unsigned cm_remote_open(void)
     return 0;
 }
 
+/* Whether slot has an owner now (a route to it is worth a batch). */
+bool cm_remote_is_open(unsigned slot)
+{
+    return atomic_load_explicit(&boxes[slot].state, memory_order_relaxed) == SLOT_OPEN;
+}
+
 /* Posts the batch first..last (linked, marked, bytes in all) to slot's owner; false when the
  * slot has no owner or its mailbox is over its bound: the caller keeps the batch. */
 static bool push(mailbox *box, void *first, void *last)

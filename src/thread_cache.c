@@ -62,6 +62,7 @@ static pthread_key_t exit_key;
 static bool have_exit_key; /* pthread_key_create can fail: all keys taken */
 
 static void grow(cm_thread_cache *cache, unsigned size_class);
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count);
 static cm_thread_cache *cache_for_thread(void);
 static bool over_budget(const cm_thread_cache *cache, size_t pending);
 
@@ -121,7 +122,7 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
             last = cm_link_next_checked(last);
         list->head = cm_link_next_checked(last);
         cm_link_set(last, NULL);
-        cm_central_flush(size_class, head, n);
+        send_home(cache, size_class, head, n);
         count -= n;
     }
 }
@@ -260,10 +261,11 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
     return cache->lists[size_class].head != NULL;
 }
 
-/* A free whose span routes it to another cache's slot (fastpath.h): onto this thread's batch
- * for that slot, posted when it is big enough. The object is marked when it joins the batch,
- * so a second free of it is reported as a double free wherever it waits. */
-static void queue_remote(cm_thread_cache *cache, void *object, unsigned size_class, unsigned owner)
+/* An object of a span another cache owns (slot owner), on its way out of this cache's list:
+ * onto this cache's batch for that slot, posted when it is big enough. It keeps the free mark
+ * throughout, so a second free of it is reported as a double free wherever it waits. False
+ * (the object left as it was) when owner has no batch here and its mailbox is closed. */
+static bool queue_remote(cm_thread_cache *cache, void *object, unsigned size_class, unsigned owner)
 {
     struct cm_remote_batch *batch = NULL, *fullest = &cache->outgoing[0];
     for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && batch == NULL; i++) {
@@ -272,6 +274,8 @@ static void queue_remote(cm_thread_cache *cache, void *object, unsigned size_cla
         else if (cache->outgoing[i].bytes > fullest->bytes)
             fullest = &cache->outgoing[i];
     }
+    if (batch == NULL && !cm_remote_is_open(owner))
+        return false;
     for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && batch == NULL; i++)
         if (cache->outgoing[i].slot == 0)
             batch = &cache->outgoing[i];
@@ -287,26 +291,32 @@ static void queue_remote(cm_thread_cache *cache, void *object, unsigned size_cla
     batch->bytes += cm_classes[size_class].size;
     if (++batch->count >= CM_REMOTE_BATCH_OBJECTS || batch->bytes >= CM_REMOTE_BATCH_BYTES)
         post_batch(batch);
-}
-
-void cm_thread_cache_free_remote(void *object, unsigned size_class, unsigned owner)
-{
-    cm_thread_cache *cache = cache_for_thread();
-    if (cache == NULL || owner == 0 || owner == cache->slot)
-        cm_thread_cache_free_slow(object, size_class);
-    else
-        queue_remote(cache, object, size_class, owner);
-}
-
-/* A slow-path free (a thread's first, or one the fast path sent on) routed like the fast
- * path's: true when the object went to another cache's batch. */
-static bool free_routed(cm_thread_cache *cache, void *object, unsigned size_class)
-{
-    unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner;
-    if (owner == 0 || owner == cache->slot)
-        return false;
-    queue_remote(cache, object, size_class, owner);
     return true;
+}
+
+/* What a list gives back (a NULL-terminated run of count objects of size_class) goes home:
+ * an object of a span another live cache owns onto this cache's batch for it, the rest to the
+ * central cache as before. So a remote free costs the freeing thread a push onto its own list,
+ * as a local one does, and reaches the owner when that list overflows, with no lock. */
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
+{
+    void *central = NULL;
+    uint32_t kept = 0;
+    while (list != NULL) {
+        void *object = list;
+        list = cm_link_next_checked(object);
+        unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner;
+        if (owner == 0 || owner == cache->slot ||
+            !queue_remote(cache, object, size_class, owner)) {
+            cm_link_relink(object, central);
+            central = object;
+            kept++;
+        }
+    }
+    CM_ASSERT(kept <= count);
+    (void)count; /* for the debug build's check */
+    if (kept > 0)
+        cm_central_flush(size_class, central, kept);
 }
 
 /* Each batch holds count free objects of SMALL spans ending at tail, bytes in all, for a slot
@@ -383,10 +393,10 @@ static bool take_left_behind_remote(void *object)
     (void)object;
     return false;
 }
-static bool free_routed(cm_thread_cache *cache, void *object, unsigned size_class)
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
 {
-    (void)cache, (void)object, (void)size_class;
-    return false;
+    (void)cache;
+    cm_central_flush(size_class, list, count);
 }
 static void post_all(cm_thread_cache *cache)
 {
@@ -422,8 +432,8 @@ static void thread_exit(void *arg)
     cm_thread_cache *cache = arg;
     cm_thread_cache_current = &empty_cache;
     thread_state = THREAD_GONE;
+    release_all(cache); /* first: what it sends home joins its batches, which abandon posts */
     abandon(cache);
-    release_all(cache);
     cm_lock_acquire(&registry_lock);
     unregister(cache);
     cm_lock_release(&registry_lock);
@@ -458,8 +468,8 @@ static void sweep_orphans(size_t count)
             continue;
         cm_lock_acquire(&registry_lock);
         if (cache->registration == registration) { /* caches are never unmapped: safe to read */
-            abandon(cache);
             release_all(cache);
+            abandon(cache);
             unregister(cache);
         }
         cm_lock_release(&registry_lock);
@@ -630,8 +640,6 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
         cm_central_give_back(size_class, object);
         return;
     }
-    if (free_routed(cache, object, size_class))
-        return;
     cm_free_list *list = &cache->lists[size_class];
     if (list->room == 0) {
         const uint32_t batch = cm_classes[size_class].batch, length = cm_free_list_length(list);
@@ -654,8 +662,8 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
 void cm_thread_cache_flush_current(void)
 {
     if (thread_state == THREAD_LIVE) {
-        flush_remote(cm_thread_cache_current);
         release_all(cm_thread_cache_current);
+        flush_remote(cm_thread_cache_current);
     }
 }
 

@@ -5,12 +5,8 @@
 # Instruction counts do not depend on machine load, so the budget can be tight. Raise it only
 # with a reason in the commit message. valgrind comes from scripts/deps.sh.
 set -eu
-# MIDDLE=owner (build/middle says which the library was built with) spends 4 more on free:
-# the page's owner loaded and compared with the thread's slot, a branch, and one lea the
-# compiler adds to address the page's 4-byte pagemap entry three times.
-if [ "$(cat build/middle 2>/dev/null)" = owner ]; then owner_extra=4; else owner_extra=0; fi
-BUDGET=${FASTPATH_BUDGET:-$((73 + owner_extra))}               # sizes up to 1 KiB
-BUDGET_MEDIUM=${FASTPATH_BUDGET_MEDIUM:-$((76 + owner_extra))} # above: one more size test
+BUDGET=${FASTPATH_BUDGET:-73}               # sizes up to 1 KiB
+BUDGET_MEDIUM=${FASTPATH_BUDGET_MEDIUM:-76} # above: one more size test
 N=20000
 command -v valgrind >/dev/null || { echo "test_fastpath_budget: valgrind is missing (run scripts/deps.sh)"; exit 1; }
 mkdir -p build/tests

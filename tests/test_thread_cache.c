@@ -272,17 +272,10 @@ static void *free_and_stay(void *arg)
 static void free_again_in_child(void *arg)
 {
     free(left_behind_block);
-#ifdef CM_MIDDLE_OWNER
-    /* MIDDLE=owner routes it by its span's owner, which need not be this thread: it is free
-     * wherever it went, and the heap holds together */
-    if (!cm_heap_check())
-        _exit(4);
-#else
     void *reused = malloc(48); /* the block went onto this thread's list: the next of its class */
     if (reused != left_behind_block)
         _exit(4);
     free(reused);
-#endif
     if (arg != NULL)
         free(left_behind_block);
 }
