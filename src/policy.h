@@ -133,7 +133,7 @@
 #define CM_REMOTE_DESTINATIONS  4
 #define CM_REMOTE_BATCH_BYTES   ((size_t)64 << 10)
 #define CM_REMOTE_BATCH_OBJECTS 256
-#define CM_REMOTE_MAILBOX_BYTES ((size_t)4 << 20)
+#define CM_REMOTE_MAILBOX_BYTES ((size_t)2 << 20) /* a thread cache's default budget */
 
 /* ---- limits that follow glibc ---------------------------------------------------------------- */
 #define CM_MMAP_THRESHOLD_LIMIT ((size_t)32 << 20) /* mallopt refuses more, as glibc does */

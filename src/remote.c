@@ -4,11 +4,11 @@
  * Every live thread cache holds a slot, a number from 1 to CM_REMOTE_SLOTS - 1 (0: none, when
  * all are taken). The central cache writes the filling cache's slot into the pagemap's owner
  * field of every span it carves objects from (the span's owner is the cache that last took
- * objects from it), and free's fast path compares that field with the freeing thread's slot: a
- * match is a local free as before; a mismatch is a remote free (thread_cache.c), which links
- * the object into the freeing thread's outgoing batch for that slot and, when the batch is big
- * enough, posts it here with one compare-and-swap. The owner takes its whole mailbox with one
- * exchange on its allocation miss, before it asks the central cache.
+ * objects from it). A free is pushed on the freeing thread's own list as ever; when that list
+ * gives objects back (thread_cache.c's send_home), those of spans another live cache owns go
+ * onto the freeing thread's outgoing batch for that owner, and a batch big enough is posted
+ * here with one compare-and-swap. The owner takes its whole mailbox with one exchange on its
+ * allocation miss, before it asks the central cache.
  * Ownership is a route, not an account: objects in batches and mailboxes count as out of their
  * spans (span->used) as objects in thread caches do, so any cache may take any of them and a
  * stale route (a slot reused by a new thread, a span refilled by another) costs nothing but a
@@ -103,7 +103,8 @@ static void put_back(unsigned own, void *list, void *last)
 void *cm_remote_take(unsigned slot)
 {
     mailbox *box = &boxes[slot];
-    if (atomic_load_explicit(&box->head, memory_order_relaxed) == NULL)
+    void *top = atomic_load_explicit(&box->head, memory_order_relaxed);
+    if (top == NULL || top == CLOSED) /* closed: only a sweep that took a live cache for gone */
         return NULL;
     atomic_store_explicit(&box->bytes, 0, memory_order_relaxed);
     return atomic_exchange_explicit(&box->head, NULL, memory_order_acquire);

@@ -31,6 +31,14 @@
  * Fork: in the child the other threads' caches are left behind whole, never flushed or reused
  * (their lists may be half-updated); a free there of a block on one of their lists is its first
  * in the child (cm_thread_cache_take_left_behind).
+ * MIDDLE=owner (remote.c): each cache holds a mailbox slot, which the central cache writes as
+ * the owner of the spans the cache fills from. The fast paths do not look at it: a free of
+ * another cache's object is pushed on this thread's list like any other. What a list gives
+ * back (overflow, budget, idle lists, exit) is sent home: objects of spans another live cache
+ * owns onto this cache's batch for that owner (posted with one compare-and-swap when big
+ * enough, on idle checks and at exit), the rest to the central cache as before. An allocation
+ * miss takes the cache's mailbox before it asks the central cache. Exit and the orphan sweep
+ * send everything home, post the batches and close the mailbox.
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -65,6 +73,7 @@ static void grow(cm_thread_cache *cache, unsigned size_class);
 static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count);
 static cm_thread_cache *cache_for_thread(void);
 static bool over_budget(const cm_thread_cache *cache, size_t pending);
+static bool fits_after_growing(cm_thread_cache *cache, size_t pending);
 
 static uint32_t list_cap(unsigned size_class)
 {
@@ -230,21 +239,25 @@ static void abandon(cm_thread_cache *cache)
 }
 
 /* On an allocation miss: the mailbox's objects onto their lists (which grow for them as on a
- * miss), what does not fit back to the central cache. True when list size_class has objects
- * after it. */
+ * miss, and the budget as a scavenge would grow it), what does not fit back to the central
+ * cache (kept past the budget, every take was followed by a scavenge of every list). True
+ * when list size_class has objects after it. */
 static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
     void *list = cache->slot ? cm_remote_take(cache->slot) : NULL, *spill = NULL;
     uint64_t touched[(CM_CLASSES_MAX + 63) / 64] = {0};
+    size_t taken = 0; /* bytes put on the lists so far: what they hold stays within budget */
     while (list != NULL) {
         void *object = list;
         list = cm_link_next_checked(object);
         unsigned c = class_of(object);
         CM_ASSERT(cm_is_free_object_of(c, object));
         cm_free_list *to = &cache->lists[c];
-        if (to->room == 0 && !over_budget(cache, cm_classes[c].size))
+        bool fits = fits_after_growing(cache, taken + cm_classes[c].size);
+        if (to->room == 0 && fits)
             grow(cache, c);
-        if (to->room > 0) {
+        if (to->room > 0 && fits) {
+            taken += cm_classes[c].size;
             to->room--;
             cm_link_relink(object, to->head);
             to->head = object;
@@ -306,8 +319,7 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
         void *object = list;
         list = cm_link_next_checked(object);
         unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner;
-        if (owner == 0 || owner == cache->slot ||
-            !queue_remote(cache, object, size_class, owner)) {
+        if (owner == 0 || owner == cache->slot || !queue_remote(cache, object, size_class, owner)) {
             cm_link_relink(object, central);
             central = object;
             kept++;
@@ -532,17 +544,26 @@ static bool over_budget(const cm_thread_cache *cache, size_t pending)
            cache->capacity > CM_CAPACITY_PER_BUDGET * cache->max_size;
 }
 
+/* Whether pending more bytes fit, once the budget has grown (doubling, from the global pool,
+ * up to CMALLOC_THREAD_CACHE_MAX) if they did not. */
+static bool fits_after_growing(cm_thread_cache *cache, size_t pending)
+{
+    if (!over_budget(cache, pending))
+        return true;
+    if (cache->max_size >= cm_option.thread_cache_max)
+        return false;
+    size_t room = cm_option.thread_cache_max - cache->max_size;
+    cache->max_size += claim_budget(cache->max_size < room ? cache->max_size : room);
+    return !over_budget(cache, pending);
+}
+
 /* Over budget (with pending bytes to come): first try to grow the budget, else halve every
  * list's max_length and give back what no longer fits, until the pending bytes fit or every
  * list is down to nothing. Works on the calling thread's live cache. */
 static void scavenge(cm_thread_cache *cache, size_t pending)
 {
-    if (cache->max_size < cm_option.thread_cache_max) {
-        size_t room = cm_option.thread_cache_max - cache->max_size;
-        cache->max_size += claim_budget(cache->max_size < room ? cache->max_size : room);
-        if (!over_budget(cache, pending))
-            return;
-    }
+    if (fits_after_growing(cache, pending))
+        return;
     while (over_budget(cache, pending) && cache->capacity > 0) {
         for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
             cm_free_list *list = &cache->lists[size_class];
