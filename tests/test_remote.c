@@ -1,5 +1,6 @@
 /* test_remote.c - frees of another thread's blocks, under either middle end: nothing is lost
- * when the allocating thread exits first or the freeing one exits with frees pending, a second
+ * when the allocating thread exits first or the freeing one exits with frees pending, nor in
+ * rounds of threads freeing each other's blocks as they come and go, a second
  * free of a block another thread freed is reported, and the heap checks hold throughout.
  * Under MIDDLE=owner also: the blocks come back to the thread that allocated them (its
  * mailbox, not the central cache), and a forked child may free again what another thread had
@@ -116,6 +117,58 @@ static void owner_gone_before_the_frees(void **state)
         assert_int_equal(held_out(cm_size_class((size_t)(16 + k * 200))), before[k]);
 }
 
+/* Rounds of threads, each freeing the blocks its neighbour allocated while the neighbour is
+ * still allocating, or exiting, or gone (mailboxes closed and slots reused as threads come and
+ * go): after every round the heap checks hold, and from the second on no more objects are out
+ * of their spans than after the first (a loss would grow it). 200 rounds of 4 threads. */
+#define RING        4
+#define RING_EACH   1500
+#define RING_ROUNDS 200
+static void *ring[RING][RING_EACH];
+static pthread_barrier_t ring_barrier;
+
+static void *ring_thread(void *arg)
+{
+    unsigned me = (unsigned)(uintptr_t)arg, seed = me * 2654435761u + 1;
+    for (int i = 0; i < RING_EACH; i++) {
+        seed = seed * 1103515245u + 12345u;
+        ring[me][i] = malloc(16 + (seed >> 16) % 2048);
+    }
+    pthread_barrier_wait(&ring_barrier);
+    for (int i = 0; i < RING_EACH; i++)
+        free(ring[(me + 1) % RING][i]);
+    return NULL;
+}
+
+static size_t held_out_all(void)
+{
+    size_t total = 0;
+    for (unsigned c = 1; c < cm_class_count; c++)
+        total += held_out(c);
+    return total;
+}
+
+static void rounds_of_threads_lose_nothing(void **state)
+{
+    (void)state;
+    size_t before = 0; /* after the first round: glibc keeps a few blocks for thread reuse */
+    for (int round = 0; round < RING_ROUNDS; round++) {
+        pthread_t threads[RING];
+        pthread_barrier_init(&ring_barrier, NULL, RING);
+        for (uintptr_t t = 0; t < RING; t++)
+            assert_int_equal(pthread_create(&threads[t], NULL, ring_thread, (void *)t), 0);
+        for (int t = 0; t < RING; t++)
+            pthread_join(threads[t], NULL);
+        pthread_barrier_destroy(&ring_barrier);
+        assert_true(cm_heap_check());
+        size_t now = held_out_all();
+        if (round == 0)
+            before = now;
+        else if (now != before)
+            fail_msg("round %d: %zu objects out of their spans, %zu before", round, now, before);
+    }
+}
+
 /* A second free by the thread that freed another thread's block first is reported. */
 static void *free_twice(void *arg)
 {
@@ -199,6 +252,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(remote_frees_come_back),
         cmocka_unit_test(owner_gone_before_the_frees),
+        cmocka_unit_test(rounds_of_threads_lose_nothing),
         cmocka_unit_test(a_remote_double_free_is_reported),
 #ifdef CM_MIDDLE_OWNER
         cmocka_unit_test(a_child_may_free_again_what_another_thread_sent_home),
