@@ -352,10 +352,16 @@ void cm_lock_reinit(cm_lock *lock)
 
 /* For CM_ASSERT in the _locked functions: whether the calling thread holds lock (glibc's
  * mutex records its owner's thread id; in a forked child, until the child handler, the locks
- * are still the parent's thread's, whose id the child's thread does not have). */
+ * are still the parent's thread's, whose id the child's thread does not have). The id is the
+ * one glibc records, read back from a mutex of our own: in a child made by clone() or
+ * syscall(SYS_fork) glibc still gives the main thread its parent thread's id, not gettid(). */
 bool cm_lock_is_mine(const cm_lock *lock)
 {
-    return holding_all_for_fork || lock->__data.__owner == gettid();
+    pthread_mutex_t probe = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&probe);
+    int me = probe.__data.__owner;
+    pthread_mutex_unlock(&probe);
+    return holding_all_for_fork || lock->__data.__owner == me;
 }
 
 /* The fork protocol for one lock: held across fork, released in the parent and made new in the
