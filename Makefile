@@ -1,9 +1,11 @@
-# cmalloc - a plain Makefile. Targets: all test debug-test bench install uninstall deb examples
-# deps clean.
+# cmalloc - a plain Makefile. Targets: all test debug-test owner-test bench install uninstall deb
+# examples deps clean.
 #
 #   make                  build/libcmalloc.so, build/libcmalloc.a
 #   make test             build and run every test (cmocka binaries, then shell tests)
 #   make debug-test       the same suite against a -DCM_DEBUG build (asserts, heap walks)
+#   make owner-test       the suite (cmocka binaries, the shell tests the middle end changes)
+#                         against the owner middle end, MIDDLE=owner (below)
 #   make bench            the quick benchmark matrix (see scripts/bench-matrix.sh)
 #   make install PREFIX=/usr/local DESTDIR=   library (with soname links), static library,
 #                         headers, the cmalloc launcher, cmalloc.pc, then ldconfig (or what to
@@ -43,11 +45,24 @@ $(error scripts/deps.sh failed: install the packages it names, then run make aga
 endif
 endif
 
+# The middle end, chosen at build time: MIDDLE=central (the default) sends every free to the
+# freeing thread's cache and lets the central caches carry objects home; MIDDLE=owner routes a
+# free of another thread's span to that thread (src/remote.c, docs/DESIGN.md "Remote frees").
+# The choice is recorded in build/middle so that switching rebuilds every object.
+MIDDLE ?= central
+ifeq ($(MIDDLE),owner)
+MIDDLE_SRCS  := src/remote.c
+MIDDLE_FLAGS := -DCM_MIDDLE_OWNER
+else ifneq ($(MIDDLE),central)
+$(error MIDDLE=$(MIDDLE): the middle ends are central (the default) and owner)
+endif
+LIBFLAGS += $(MIDDLE_FLAGS)
+
 # Layer order: platform, metadata, back end, middle end, front end, entry points.
 SRCS := src/os.c src/error.c src/options.c src/size_class.c src/metadata.c src/pagemap.c \
-        src/page_heap.c src/central_cache.c src/thread_cache.c src/alloc.c src/check.c src/guard.c \
-        src/prof.c src/api.c src/background.c src/init.c src/stats.c src/stats_json.c src/pool.c \
-        src/arena.c src/override.c
+        src/page_heap.c src/central_cache.c $(MIDDLE_SRCS) src/thread_cache.c src/alloc.c \
+        src/check.c src/guard.c src/prof.c src/api.c src/background.c src/init.c src/stats.c \
+        src/stats_json.c src/pool.c src/arena.c src/override.c
 # new_handler.cc: C++ only for what C cannot do (catch a new-handler's exception); the C++
 # runtime symbols it names are made weak so C programs need no libstdc++.
 CXX_SRCS := src/new_handler.cc
@@ -62,12 +77,18 @@ TEST_BINS    := $(patsubst tests/%.c,build/tests/%,$(wildcard tests/test_*.c))
 TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
 BENCH_BINS   :=
 # -fno-builtin: the compiler must not elide or merge the malloc/free calls the tests exist to make.
-TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -fno-builtin -Iinclude -Isrc
+TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -fno-builtin -Iinclude -Isrc $(MIDDLE_FLAGS)
 
 all: $(LIB_SO) $(LIB_A)
 
-build/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h src/policy.h include/cmalloc.h | build/obj
+build/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h src/policy.h include/cmalloc.h \
+               build/middle | build/obj
 	$(CC) $(CFLAGS) $(WARN) $(LIBFLAGS) -c $< -o $@
+
+# Rewritten only when the choice changes, so that only a switch rebuilds.
+build/middle: FORCE | build/obj
+	@[ "$$(cat $@ 2>/dev/null)" = "$(MIDDLE)" ] || echo "$(MIDDLE)" > $@
+FORCE:
 
 CXX ?= g++
 build/obj/%.o: src/%.cc | build/obj
@@ -213,7 +234,20 @@ debug-test:
 	cp -r $(wildcard $(DEBUG_TREE)) build/debug/
 	$(MAKE) -C build/debug test CFLAGS="-O2 -g -DCM_DEBUG"
 
+# The owner middle end (MIDDLE=owner) tested in a copy of the tree under build/owner, as
+# debug-test does, so that the default build here is left alone: every cmocka binary, and of
+# the shell tests those whose answer depends on the middle end (the fast-path budget, the
+# layering, real and user programs under LD_PRELOAD, the stats). The rest (install, packaging,
+# launcher, bench smoke, profiler cost) test nothing the middle end changes; leaving them out
+# keeps .ci/run, which runs both, within its time. `make test MIDDLE=owner` runs it all.
+OWNER_TEST_SCRIPTS := tests/test_fastpath_budget.sh tests/test_layers.sh tests/test_programs.sh \
+                      tests/test_user_programs.sh tests/test_stats_json.sh
+owner-test:
+	rm -rf build/owner && mkdir -p build/owner
+	cp -r $(wildcard $(DEBUG_TREE)) build/owner/
+	$(MAKE) -C build/owner test MIDDLE=owner TEST_SCRIPTS="$(OWNER_TEST_SCRIPTS)"
+
 clean:
 	rm -rf build
 
-.PHONY: all test bench install uninstall deps clean debug-test deb examples
+.PHONY: all test bench install uninstall deps clean debug-test owner-test deb examples FORCE

@@ -5,7 +5,7 @@
 # time with LD_PRELOAD (scripts/bench-matrix.sh), so every allocator runs the very same binary.
 
 BENCH_WORKLOADS := alloc_bench server_bench churn_bench peak_rss
-BENCH_WORKLOADS += xmalloc_bench mstress_bench larson_bench guard_calls
+BENCH_WORKLOADS += xmalloc_bench mstress_bench larson_bench rpmalloc_bench guard_calls
 BENCH_OWN_BINS  := $(addprefix build/bench/,$(BENCH_WORKLOADS))
 BENCH_BINS      += $(BENCH_OWN_BINS)
 BENCH_CFLAGS    := -std=gnu11 -pthread

@@ -13,7 +13,7 @@ runs) installs them; --no-install is accepted and does nothing, as this program 
 --extra NAME=LIB.so adds another allocator (say a cmalloc build with other options); repeatable.
 --plan prints the workloads, allocators and run count, and runs nothing.
 Workloads (WORKLOADS below, each with what it measures): build/bench/{alloc,server,churn,xmalloc,
-mstress,larson}_bench, the order-book replay (build/orderbook, when it exists), cmalloc's
+mstress,larson,rpmalloc}_bench, the order-book replay (build/orderbook, when it exists), cmalloc's
 explicit pool and arena against every malloc (build/bench/pool_bench, fixed work, run at one
 thread) and unmodified real programs (python3 running bench/real_python.py, sqlite3 running
 bench/real_sqlite.sql) timed with hyperfine.
@@ -133,6 +133,10 @@ WORKLOADS = [  # (name, kind, command, what it measures: the paragraph under its
      "larson_bench: T lanes, each a window of 5000 blocks (8..1000 B) replaced at random; every "
      "50000 replacements the window passes to a new thread and the old one exits. Ops are "
      "replacements (a free and a malloc)."),
+    ("rpmalloc", "bench", "build/bench/rpmalloc_bench --blocks 1000 --round 100 --max-size 16384",
+     "rpmalloc_bench: T threads each keep 1000 blocks (8 B..16 KiB, log-uniform) and replace "
+     "100 at a time; every second round's 100 go to the next thread, which frees them (half "
+     "of all frees remote). Ops are replacements (a malloc and a free)."),
     # cmalloc's pool and arena against every allocator's malloc: N allocations, then N frees;
     # cmalloc-pool / cmalloc-arena are those runs with cmalloc preloaded and --alloc pool/arena
     *_pool_workloads(),
@@ -155,7 +159,7 @@ ABOUT = {name: about for name, _, _, about in WORKLOADS}
 # The programs the matrix runs, snapshotted before the first run (see snapshot()).
 OWN_BINS = ["build/bench/" + b for b in ("alloc_bench", "server_bench", "churn_bench", "peak_rss",
                                          "pool_bench", "xmalloc_bench", "mstress_bench",
-                                         "larson_bench")]
+                                         "larson_bench", "rpmalloc_bench")]
 
 # (name, library file names tried in order, Debian package whose version machine.txt shows)
 SYSTEM_ALLOCATORS = [

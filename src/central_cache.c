@@ -196,8 +196,9 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
 /* Takes about count objects as a NULL-terminated list in *head; returns how many. When the
  * transfer cache holds a batch, returns that whole batch; objects carved from a span's
  * never-used space run to the end of a pair of cache lines: either may exceed count. Returns 0
- * only when memory is exhausted. */
-unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
+ * only when memory is exhausted. owner: the filling cache's slot, to which the spans it takes
+ * from route their frees from now on (MIDDLE=owner, remote.c; unused otherwise). */
+unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner)
 {
     central *c = &centrals[size_class];
     unsigned n = 0;
@@ -216,6 +217,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head)
         if (span == NULL)
             break;
         n += span_take_locked(span, &cm_classes[size_class], count - n, &list);
+        cm_pagemap_set_owner(span, owner);
         if (span->free_objects == NULL && span->bump >= span->limit)
             span_list_remove(c, span);
     }
@@ -335,6 +337,31 @@ bool cm_is_free_object_of(unsigned size_class, const void *object)
     return offset % cm_classes[size_class].size == 0 &&
            offset / cm_classes[size_class].size < cm_classes[size_class].objects &&
            cm_object_is_free(object);
+}
+
+/* Takes object off the list at *head if it is there, looking no further than most entries
+ * nor past the first that is not a free object of size_class (of any class: 0), since the list
+ * may be half-updated (a forked child's left-behind lists). */
+bool cm_list_unlink(void **head, void *object, size_t most, unsigned size_class)
+{
+    void *previous = NULL, *entry = *head;
+    for (size_t n = 0; n <= most && entry != NULL; n++) {
+        cm_span *span = size_class == 0 ? cm_span_of(entry) : NULL;
+        unsigned entry_class = span ? span->size_class : size_class;
+        if (entry_class == 0 || !cm_is_free_object_of(entry_class, entry))
+            return false;
+        void *next = cm_link_next(entry);
+        if (entry == object) {
+            if (previous == NULL)
+                *head = next;
+            else
+                cm_link_relink(previous, next);
+            return true;
+        }
+        previous = entry;
+        entry = next;
+    }
+    return false;
 }
 
 /* True when list holds expected_length objects, each a free object of size_class. */

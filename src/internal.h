@@ -190,6 +190,11 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 typedef struct cm_page_class {
     uint8_t size_class; /* the page's span's size_class, or 0 */
     uint8_t span_pages; /* SMALL: pages from the span's start */
+#ifdef CM_MIDDLE_OWNER
+    uint16_t owner; /* SMALL: the slot of the cache that last took objects from the span, or 0
+                       (remote.c); written under the class's central lock, read racily as a
+                       route */
+#endif
 } cm_page_class;
 typedef struct cm_pagemap_leaf {
     cm_page_class classes[CM_PAGEMAP_LEAF_ENTRIES]; /* first: free indexes it with no offset */
@@ -204,6 +209,14 @@ void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
 size_t cm_pagemap_release_empty(void);
 size_t cm_pagemap_bytes(void);
 void cm_pagemap_fork(int phase);
+#ifdef CM_MIDDLE_OWNER
+void cm_pagemap_set_owner(const cm_span *span, unsigned owner);
+#else
+static inline void cm_pagemap_set_owner(const cm_span *span, unsigned owner)
+{
+    (void)span, (void)owner; /* the central middle end routes no free */
+}
+#endif
 static inline cm_pagemap_leaf *cm_pagemap_leaf_of(const void *address)
 {
     if (CM_UNLIKELY((uintptr_t)address >> CM_ADDRESS_BITS))
@@ -251,7 +264,7 @@ bool cm_page_heap_valid(void);
 void cm_page_heap_fork(int phase);
 
 /* central_cache.c */
-unsigned cm_central_fill(unsigned size_class, unsigned count, void **head);
+unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
 void cm_central_drain(void);
@@ -259,8 +272,22 @@ void cm_central_tick(uint64_t now);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
 bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_length);
 bool cm_is_free_object_of(unsigned size_class, const void *object);
+bool cm_list_unlink(void **head, void *object, size_t most, unsigned size_class);
 bool cm_central_valid(void);
 void cm_central_fork(int phase);
+
+#ifdef CM_MIDDLE_OWNER
+/* remote.c: the owners' mailboxes (MIDDLE=owner) */
+unsigned cm_remote_open(void);
+bool cm_remote_is_open(unsigned slot);
+bool cm_remote_post(unsigned slot, void *first, void *last, size_t bytes);
+void *cm_remote_take(unsigned slot);
+void *cm_remote_close(unsigned slot);
+void cm_remote_leave_behind(unsigned slot);
+void cm_remote_fork_child(unsigned forking);
+bool cm_remote_take_left_behind(void *object, unsigned own);
+bool cm_remote_valid(unsigned own);
+#endif
 
 /* thread_cache.c */
 extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;

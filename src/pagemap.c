@@ -14,7 +14,9 @@
  * Invariant: an entry is NULL or points to the live span that contains its page, and its
  * class byte equals that span's size_class (0 when NULL) and, for a SMALL span, its page
  * byte is the page's distance from the span's first page; a leaf's used counts its entries
- * that are not NULL, and a released leaf has used == 0.
+ * that are not NULL, and a released leaf has used == 0. MIDDLE=owner: every page of a span has
+ * the same owner (0 when the span is set), written by the central cache on a fill (under the
+ * class's lock: the span is SMALL, so its leaf is in use and never released meanwhile).
  */
 #include "internal.h"
 
@@ -66,7 +68,24 @@ void cm_pagemap_set(uintptr_t page, cm_span *span)
     leaf->spans[i] = span;
     leaf->classes[i].size_class = span ? span->size_class : 0;
     leaf->classes[i].span_pages = span && span->size_class ? (uint8_t)(page - span->page) : 0;
+#ifdef CM_MIDDLE_OWNER
+    __atomic_store_n(&leaf->classes[i].owner, 0, __ATOMIC_RELAXED);
+#endif
 }
+
+#ifdef CM_MIDDLE_OWNER
+/* Routes the frees of span's objects to slot owner (remote.c); written only when it changes. */
+void cm_pagemap_set_owner(const cm_span *span, unsigned owner)
+{
+    for (uintptr_t page = span->page; page < span->page + span->pages; page++) {
+        cm_page_class *entry = &cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS]
+                                    ->classes[page & (CM_PAGEMAP_LEAF_ENTRIES - 1)];
+        if (__atomic_load_n(&entry->owner, __ATOMIC_RELAXED) == owner)
+            return; /* set for the whole span at once: one page tells */
+        __atomic_store_n(&entry->owner, (uint16_t)owner, __ATOMIC_RELAXED);
+    }
+}
+#endif
 
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span)
 {

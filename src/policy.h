@@ -126,6 +126,18 @@
 /* ---- guarded allocations (src/guard.c) ------------------------------------------------------ */
 #define CM_GUARD_SLOTS_MAX 65536 /* CMALLOC_GUARD_SLOTS takes no more: 512 MiB of reservation */
 
+/* ---- remote frees (MIDDLE=owner, remote.c) --------------------------------------------------
+ * Slots for thread caches' mailboxes (the pagemap's owner field is 16 bits; threads beyond
+ * them free the central way). A freeing thread keeps batches for this many destinations at
+ * once and posts one when it holds this many bytes or objects; a mailbox whose owner has not
+ * taken it refuses posts above its bound, so that an owner that stops allocating holds at most
+ * that much of what others freed. */
+#define CM_REMOTE_SLOTS         1024
+#define CM_REMOTE_DESTINATIONS  4
+#define CM_REMOTE_BATCH_BYTES   ((size_t)64 << 10)
+#define CM_REMOTE_BATCH_OBJECTS 256
+#define CM_REMOTE_MAILBOX_BYTES ((size_t)2 << 20) /* a thread cache's default budget */
+
 /* ---- limits that follow glibc ---------------------------------------------------------------- */
 #define CM_MMAP_THRESHOLD_LIMIT ((size_t)32 << 20) /* mallopt refuses more, as glibc does */
 #define CM_SYSTEM_PAGE          4096 /* the kernel's page: valloc, pvalloc, mapping slack */

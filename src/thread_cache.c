@@ -31,6 +31,14 @@
  * Fork: in the child the other threads' caches are left behind whole, never flushed or reused
  * (their lists may be half-updated); a free there of a block on one of their lists is its first
  * in the child (cm_thread_cache_take_left_behind).
+ * MIDDLE=owner (remote.c): each cache holds a mailbox slot, which the central cache writes as
+ * the owner of the spans the cache fills from. The fast paths do not look at it: a free of
+ * another cache's object is pushed on this thread's list like any other. What a list gives
+ * back (overflow, budget, idle lists, exit) is sent home: objects of spans another live cache
+ * owns onto this cache's batch for that owner (posted with one compare-and-swap when big
+ * enough, on idle checks and at exit), the rest to the central cache as before. An allocation
+ * miss takes the cache's mailbox before it asks the central cache. Exit and the orphan sweep
+ * send everything home, post the batches and close the mailbox.
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -60,6 +68,12 @@ static uint64_t registrations;           /* caches registered so far: each gets 
 static _Atomic int64_t unclaimed_budget; /* of CMALLOC_THREAD_CACHE_TOTAL; may dip below 0 */
 static pthread_key_t exit_key;
 static bool have_exit_key; /* pthread_key_create can fail: all keys taken */
+
+static void grow(cm_thread_cache *cache, unsigned size_class);
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count);
+static cm_thread_cache *cache_for_thread(void);
+static bool over_budget(const cm_thread_cache *cache, size_t pending);
+static bool fits_after_growing(cm_thread_cache *cache, size_t pending);
 
 static uint32_t list_cap(unsigned size_class)
 {
@@ -117,7 +131,7 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
             last = cm_link_next_checked(last);
         list->head = cm_link_next_checked(last);
         cm_link_set(last, NULL);
-        cm_central_flush(size_class, head, n);
+        send_home(cache, size_class, head, n);
         count -= n;
     }
 }
@@ -153,12 +167,285 @@ static void unregister(cm_thread_cache *cache)
     unregister_to(cache, &spare_caches);
 }
 
+#ifdef CM_MIDDLE_OWNER
+/* ---- remote frees (MIDDLE=owner; remote.c has the mailboxes) ------------------------------ */
+static unsigned class_of(const void *object) /* object: in a SMALL span */
+{
+    return cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].size_class;
+}
+
+/* Gives a NULL-terminated list of marked objects of any classes back to the central cache,
+ * sorted by class into batches (a whole batch lands in the transfer cache): one lock per batch,
+ * not per object, however the classes are mixed. */
+static void give_back_mixed(void *list)
+{
+    struct {
+        void *head;
+        uint32_t count;
+    } runs[CM_CLASSES_MAX];
+    memset(runs, 0, sizeof runs);
+    while (list != NULL) {
+        void *object = list;
+        list = cm_link_next_checked(object);
+        unsigned c = class_of(object);
+        cm_link_relink(object, runs[c].head);
+        runs[c].head = object;
+        if (++runs[c].count == cm_classes[c].batch) {
+            cm_central_flush(c, runs[c].head, runs[c].count);
+            runs[c].head = NULL;
+            runs[c].count = 0;
+        }
+    }
+    for (unsigned c = 1; c < cm_class_count; c++)
+        if (runs[c].count > 0)
+            cm_central_flush(c, runs[c].head, runs[c].count);
+}
+
+/* Sends a batch to its owner; when the owner is gone or its mailbox over its bound, the batch
+ * goes the central way instead. */
+static void post_batch(struct cm_remote_batch *batch)
+{
+    void *head = batch->head, *tail = batch->tail;
+    bool posted = head == NULL || cm_remote_post(batch->slot, head, tail, batch->bytes);
+    memset(batch, 0, sizeof *batch);
+    if (!posted) {
+        cm_link_relink(tail, NULL); /* a refused compare-and-swap may have linked it on */
+        give_back_mixed(head);
+    }
+}
+
+static void post_all(cm_thread_cache *cache)
+{
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++)
+        post_batch(&cache->outgoing[i]);
+}
+
+/* Everything remote the cache holds goes: its batches posted, its mailbox given back. */
+static void flush_remote(cm_thread_cache *cache)
+{
+    post_all(cache);
+    if (cache->slot != 0)
+        give_back_mixed(cm_remote_take(cache->slot));
+}
+
+/* The cache's thread is gone: its batches are posted and its mailbox closed, what it held given
+ * back; frees of its spans' objects go the central way until another cache takes from them. */
+static void abandon(cm_thread_cache *cache)
+{
+    post_all(cache);
+    if (cache->slot != 0)
+        give_back_mixed(cm_remote_close(cache->slot));
+    cache->slot = 0;
+}
+
+/* On an allocation miss: the mailbox's objects onto their lists (which grow for them as on a
+ * miss, and the budget as a scavenge would grow it), what does not fit back to the central
+ * cache (kept past the budget, every take was followed by a scavenge of every list). True
+ * when list size_class has objects after it. */
+static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
+{
+    void *list = cache->slot ? cm_remote_take(cache->slot) : NULL, *spill = NULL;
+    uint64_t touched[(CM_CLASSES_MAX + 63) / 64] = {0};
+    size_t taken = 0; /* bytes put on the lists so far: what they hold stays within budget */
+    while (list != NULL) {
+        void *object = list;
+        list = cm_link_next_checked(object);
+        unsigned c = class_of(object);
+        CM_ASSERT(cm_is_free_object_of(c, object));
+        cm_free_list *to = &cache->lists[c];
+        bool fits = fits_after_growing(cache, taken + cm_classes[c].size);
+        if (to->room == 0 && fits)
+            grow(cache, c);
+        if (to->room > 0 && fits) {
+            taken += cm_classes[c].size;
+            to->room--;
+            cm_link_relink(object, to->head);
+            to->head = object;
+            touched[c / 64] |= (uint64_t)1 << (c % 64);
+        } else {
+            cm_link_relink(object, spill);
+            spill = object;
+        }
+    }
+    for (unsigned c = 1; c < cm_class_count; c++)
+        if (touched[c / 64] & ((uint64_t)1 << (c % 64)))
+            publish(cache, c);
+    give_back_mixed(spill);
+    return cache->lists[size_class].head != NULL;
+}
+
+/* An object of a span another cache owns (slot owner), on its way out of this cache's list:
+ * onto this cache's batch for that slot, posted when it is big enough. It keeps the free mark
+ * throughout, so a second free of it is reported as a double free wherever it waits. False
+ * (the object left as it was) when owner has no batch here and its mailbox is closed. */
+static bool queue_remote(cm_thread_cache *cache, void *object, unsigned size_class, unsigned owner)
+{
+    struct cm_remote_batch *batch = NULL, *fullest = &cache->outgoing[0];
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && batch == NULL; i++) {
+        if (cache->outgoing[i].slot == owner)
+            batch = &cache->outgoing[i];
+        else if (cache->outgoing[i].bytes > fullest->bytes)
+            fullest = &cache->outgoing[i];
+    }
+    if (batch == NULL && !cm_remote_is_open(owner))
+        return false;
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && batch == NULL; i++)
+        if (cache->outgoing[i].slot == 0)
+            batch = &cache->outgoing[i];
+    if (batch == NULL) { /* every destination taken: the one holding most goes now */
+        batch = fullest;
+        post_batch(batch);
+    }
+    batch->slot = owner;
+    cm_link_set(object, batch->head);
+    if (batch->head == NULL)
+        batch->tail = object;
+    batch->head = object;
+    batch->bytes += cm_classes[size_class].size;
+    if (++batch->count >= CM_REMOTE_BATCH_OBJECTS || batch->bytes >= CM_REMOTE_BATCH_BYTES)
+        post_batch(batch);
+    return true;
+}
+
+/* What a list gives back (a NULL-terminated run of count objects of size_class) goes home:
+ * an object of a span another live cache owns onto this cache's batch for it, the rest to the
+ * central cache as before. So a remote free costs the freeing thread a push onto its own list,
+ * as a local one does, and reaches the owner when that list overflows, with no lock. */
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
+{
+    void *central = NULL;
+    uint32_t kept = 0;
+    while (list != NULL) {
+        void *object = list;
+        list = cm_link_next_checked(object);
+        unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner;
+        if (owner == 0 || owner == cache->slot || !queue_remote(cache, object, size_class, owner)) {
+            cm_link_relink(object, central);
+            central = object;
+            kept++;
+        }
+    }
+    CM_ASSERT(kept <= count);
+    (void)count; /* for the debug build's check */
+    if (kept > 0)
+        cm_central_flush(size_class, central, kept);
+}
+
+/* Each batch holds count free objects of SMALL spans ending at tail, bytes in all, for a slot
+ * other than the cache's own; the cache's mailbox is sound (remote.c). */
+static bool remote_valid(cm_thread_cache *cache)
+{
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++) {
+        const struct cm_remote_batch *batch = &cache->outgoing[i];
+        size_t bytes = 0;
+        uint32_t n = 0;
+        void *last = NULL;
+        for (void *object = batch->head; object != NULL && n <= batch->count;
+             object = cm_link_next(object), n++) {
+            cm_span *span = cm_span_of(object);
+            if (span == NULL || span->state != CM_SPAN_SMALL ||
+                !cm_is_free_object_of(span->size_class, object))
+                return false;
+            bytes += cm_classes[span->size_class].size;
+            last = object;
+        }
+        if (n != batch->count || bytes != batch->bytes || last != batch->tail ||
+            (n > 0 && (batch->slot == 0 || batch->slot == cache->slot)))
+            return false;
+    }
+    return cm_remote_valid(cache->slot);
+}
+
+static unsigned owner_slot(const cm_thread_cache *cache)
+{
+    return cache->slot;
+}
+
+/* Forked child: a cache left behind closes its mailbox for good, keeping what it held. */
+static void leave_slot_behind(cm_thread_cache *cache)
+{
+    if (cache->slot != 0)
+        cm_remote_leave_behind(cache->slot);
+}
+
+static void fork_child_slot(void)
+{
+    cm_remote_fork_child(thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
+}
+
+static bool take_left_behind_remote(void *object)
+{
+    return cm_remote_take_left_behind(
+        object, thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
+}
+
+/* A left-behind cache's batches, in a forked child (cm_thread_cache_take_left_behind). */
+static bool unlink_outgoing(cm_thread_cache *cache, void *object)
+{
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++)
+        if (cm_list_unlink(&cache->outgoing[i].head, object, cache->outgoing[i].count, 0))
+            return true;
+    return false;
+}
+#else /* the central middle end: no slots, no batches, no mailboxes */
+static unsigned owner_slot(const cm_thread_cache *cache)
+{
+    (void)cache;
+    return 0;
+}
+static void leave_slot_behind(cm_thread_cache *cache)
+{
+    (void)cache;
+}
+static void fork_child_slot(void)
+{
+}
+static bool take_left_behind_remote(void *object)
+{
+    (void)object;
+    return false;
+}
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
+{
+    (void)cache;
+    cm_central_flush(size_class, list, count);
+}
+static void post_all(cm_thread_cache *cache)
+{
+    (void)cache;
+}
+static void flush_remote(cm_thread_cache *cache)
+{
+    (void)cache;
+}
+static void abandon(cm_thread_cache *cache)
+{
+    (void)cache;
+}
+static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
+{
+    (void)cache, (void)size_class;
+    return false;
+}
+static bool remote_valid(cm_thread_cache *cache)
+{
+    (void)cache;
+    return true;
+}
+static bool unlink_outgoing(cm_thread_cache *cache, void *object)
+{
+    (void)cache, (void)object;
+    return false;
+}
+#endif
+
 static void thread_exit(void *arg)
 {
     cm_thread_cache *cache = arg;
     cm_thread_cache_current = &empty_cache;
     thread_state = THREAD_GONE;
-    release_all(cache);
+    release_all(cache); /* first: what it sends home joins its batches, which abandon posts */
+    abandon(cache);
     cm_lock_acquire(&registry_lock);
     unregister(cache);
     cm_lock_release(&registry_lock);
@@ -194,6 +481,7 @@ static void sweep_orphans(size_t count)
         cm_lock_acquire(&registry_lock);
         if (cache->registration == registration) { /* caches are never unmapped: safe to read */
             release_all(cache);
+            abandon(cache);
             unregister(cache);
         }
         cm_lock_release(&registry_lock);
@@ -218,6 +506,9 @@ static CM_NOINLINE cm_thread_cache *create(void)
     cache->max_size = CM_THREAD_START_BUDGET;
     cache->owner_tid = cm_os_thread_id();
     cache->owner_pid = cm_os_process_id();
+#ifdef CM_MIDDLE_OWNER
+    cache->slot = cm_remote_open();
+#endif
     atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
 
     cm_lock_acquire(&registry_lock);
@@ -253,17 +544,26 @@ static bool over_budget(const cm_thread_cache *cache, size_t pending)
            cache->capacity > CM_CAPACITY_PER_BUDGET * cache->max_size;
 }
 
+/* Whether pending more bytes fit, once the budget has grown (doubling, from the global pool,
+ * up to CMALLOC_THREAD_CACHE_MAX) if they did not. */
+static bool fits_after_growing(cm_thread_cache *cache, size_t pending)
+{
+    if (!over_budget(cache, pending))
+        return true;
+    if (cache->max_size >= cm_option.thread_cache_max)
+        return false;
+    size_t room = cm_option.thread_cache_max - cache->max_size;
+    cache->max_size += claim_budget(cache->max_size < room ? cache->max_size : room);
+    return !over_budget(cache, pending);
+}
+
 /* Over budget (with pending bytes to come): first try to grow the budget, else halve every
  * list's max_length and give back what no longer fits, until the pending bytes fit or every
  * list is down to nothing. Works on the calling thread's live cache. */
 static void scavenge(cm_thread_cache *cache, size_t pending)
 {
-    if (cache->max_size < cm_option.thread_cache_max) {
-        size_t room = cm_option.thread_cache_max - cache->max_size;
-        cache->max_size += claim_budget(cache->max_size < room ? cache->max_size : room);
-        if (!over_budget(cache, pending))
-            return;
-    }
+    if (fits_after_growing(cache, pending))
+        return;
     while (over_budget(cache, pending) && cache->capacity > 0) {
         for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
             cm_free_list *list = &cache->lists[size_class];
@@ -287,6 +587,7 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
     if (cm_option.release_delay_ms < 0 || now < cache->idle_check_ms)
         return;
     cache->idle_check_ms = now + cm_release_interval_ms();
+    post_all(cache); /* and remote frees held as long go home */
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (list->head != NULL && list->head == cache->idle_head[size_class]) {
@@ -314,7 +615,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     cm_thread_cache *cache = cache_for_thread();
     void *head;
     if (cache == NULL) { /* exiting thread: one object straight from the central cache */
-        unsigned n = cm_central_fill(size_class, 1, &head);
+        unsigned n = cm_central_fill(size_class, 1, &head, 0);
         if (n == 0)
             return NULL;
         if (n > 1)
@@ -324,7 +625,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     }
     cm_free_list *list = &cache->lists[size_class];
     const uint32_t batch = cm_classes[size_class].batch;
-    if (list->head == NULL) {
+    if (list->head == NULL && !take_mailbox(cache, size_class)) {
         uint64_t now = cm_os_now_ms();
         release_idle_lists(cache, now);
         grow(cache, size_class);
@@ -332,7 +633,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
             scavenge(cache, 0);
         uint32_t want = list->max_length < batch ? list->max_length : batch;
         cm_central_tick(now);
-        unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head);
+        unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head, owner_slot(cache));
         if (n == 0)
             return NULL;
         if (n > list->max_length)
@@ -381,8 +682,10 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
 
 void cm_thread_cache_flush_current(void)
 {
-    if (thread_state == THREAD_LIVE)
+    if (thread_state == THREAD_LIVE) {
         release_all(cm_thread_cache_current);
+        flush_remote(cm_thread_cache_current);
+    }
 }
 
 static size_t held_bytes(const cm_thread_cache *cache)
@@ -434,7 +737,7 @@ bool cm_thread_cache_valid(void)
         published += (size_t)cache->published_length[size_class] * cm_classes[size_class].size;
     }
     return capacity == cache->capacity && published == cache->published_size &&
-           !over_budget(cache, 0) && cache->sample_left >= 0 &&
+           remote_valid(cache) && !over_budget(cache, 0) && cache->sample_left >= 0 &&
            cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
 
@@ -457,31 +760,13 @@ void cm_thread_cache_fork(int phase)
     cm_thread_cache *cache = registry;
     while (cache != NULL) {
         cm_thread_cache *next = cache->next;
-        if (cache != cm_thread_cache_current)
+        if (cache != cm_thread_cache_current) {
             unregister_to(cache, &left_behind);
+            leave_slot_behind(cache);
+        }
         cache = next;
     }
-}
-
-/* Takes object off list if it is there, looking no further than the list's max_length entries
- * nor past the first that is not a free object of size_class (the list may be half-updated). */
-static bool unlink_object(cm_free_list *list, unsigned size_class, void *object)
-{
-    void *previous = NULL, *entry = list->head;
-    for (uint32_t n = 0;
-         n <= list->max_length && entry != NULL && cm_is_free_object_of(size_class, entry); n++) {
-        void *next = cm_link_next(entry);
-        if (entry == object) {
-            if (previous == NULL)
-                list->head = next;
-            else
-                cm_link_relink(previous, next);
-            return true;
-        }
-        previous = entry;
-        entry = next;
-    }
-    return false;
+    fork_child_slot();
 }
 
 /* A free of an object that carries the free mark, in a forked child: true (and the object
@@ -499,7 +784,10 @@ bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
     bool found = false;
     cm_lock_acquire(&registry_lock);
     for (cm_thread_cache *cache = left_behind; cache != NULL && !found; cache = cache->next)
-        found = unlink_object(&cache->lists[size_class], size_class, object);
+        found = cm_list_unlink(&cache->lists[size_class].head, object,
+                               cache->lists[size_class].max_length, size_class) ||
+                unlink_outgoing(cache, object);
+    found = found || take_left_behind_remote(object);
     cm_lock_release(&registry_lock);
     if (found)
         cm_object_hand_out(object);

@@ -24,9 +24,12 @@ def code(path):
 
 
 def sources():
+    """SRCS in order, with the sources of every middle end the Makefile can choose (MIDDLE)."""
     makefile = open("Makefile").read()
     match = re.search(r"^SRCS\s*:=\s*((?:.*\\\n)*.*)$", makefile, re.M)
-    return [word for word in match.group(1).replace("\\", " ").split() if word.endswith(".c")]
+    middle = " ".join(re.findall(r"^MIDDLE_SRCS\s*:=\s*(.*)$", makefile, re.M))
+    words = match.group(1).replace("\\", " ").replace("$(MIDDLE_SRCS)", middle).split()
+    return [word for word in words if word.endswith(".c")]
 
 
 def inline_calls(header):

@@ -45,6 +45,7 @@ run "churn_bench" build/bench/churn_bench --threads 2 --objects 64 $short
 run "xmalloc_bench" build/bench/xmalloc_bench --threads 2 --batch 256 --queue 8 $short
 run "mstress_bench" build/bench/mstress_bench --threads 2 --slots 100 --life 500 $short
 run "larson_bench" build/bench/larson_bench --threads 2 --window 200 --round 1000 $short
+run "rpmalloc_bench" build/bench/rpmalloc_bench --threads 2 --blocks 200 --round 20 $short
 
 # peak_rss passes the exit status through and reports a figure
 if build/bench/peak_rss -- sh -c 'exit 7' 2> "$tmp/err"; then rc=0; else rc=$?; fi

@@ -32,7 +32,7 @@ static void fill_hands_out_distinct_objects(void **state)
     void *head;
     cm_central_drain(); /* no ready batches: the fill must come from spans */
     size_t cached, before = cm_central_objects_out(c, &cached);
-    unsigned n = cm_central_fill(c, 7, &head);
+    unsigned n = cm_central_fill(c, 7, &head, 0);
     assert_int_equal(n, 7);
     assert_int_equal(list_length(head), n);
     assert_int_equal(cm_central_objects_out(c, &cached), before + n);
@@ -63,7 +63,7 @@ static void carving_ends_on_a_false_sharing_boundary(void **state)
         expected++;
     assert_true(expected > 1); /* 1040 is no multiple of 128 */
     void *head;
-    unsigned n = cm_central_fill(c, 1, &head);
+    unsigned n = cm_central_fill(c, 1, &head, 0);
     assert_int_equal(n, expected);
     char *start = cm_span_start(cm_span_of(head)), *end = start;
     for (void *a = head; a; a = cm_link_next(a))
@@ -78,7 +78,7 @@ static void full_batch_round_trips_through_transfer_cache(void **state)
     (void)state;
     unsigned c = test_class(), batch = cm_classes[c].batch;
     void *head;
-    unsigned n = cm_central_fill(c, batch, &head);
+    unsigned n = cm_central_fill(c, batch, &head, 0);
     assert_int_equal(n, batch);
     size_t cached;
     size_t out = cm_central_objects_out(c, &cached);
@@ -87,7 +87,7 @@ static void full_batch_round_trips_through_transfer_cache(void **state)
     assert_int_equal(cm_central_objects_out(c, &cached_after), out); /* spans untouched */
     assert_int_equal(cached_after, cached + batch);
     void *again;
-    assert_int_equal(cm_central_fill(c, 1, &again), batch); /* the whole batch comes back */
+    assert_int_equal(cm_central_fill(c, 1, &again, 0), batch); /* the whole batch comes back */
     assert_ptr_equal(again, head);
     cm_central_flush(c, again, batch);
 }
@@ -101,7 +101,7 @@ static void empty_spans_return_to_the_page_heap(void **state)
     assert_int_equal(cached, 0);
     size_t free_before, released, large, count;
     void *head;
-    unsigned n = cm_central_fill(c, 3 * cm_classes[c].objects, &head);
+    unsigned n = cm_central_fill(c, 3 * cm_classes[c].objects, &head, 0);
     assert_int_equal(n, 3 * cm_classes[c].objects);
     assert_int_equal(cm_central_objects_out(c, &cached), out + n);
     cm_page_heap_counters(&free_before, &released, &large, &count);
@@ -125,7 +125,7 @@ static void idle_batches_return_to_spans(void **state)
     cm_option.release_delay_ms = 20;
     cm_central_drain();
     void *head;
-    assert_int_equal(cm_central_fill(c, batch, &head), batch);
+    assert_int_equal(cm_central_fill(c, batch, &head, 0), batch);
     cm_central_flush(c, head, batch);
     size_t cached;
     cm_central_objects_out(c, &cached);
@@ -151,7 +151,7 @@ static size_t flush_batches(unsigned c, unsigned count)
     unsigned batch = cm_classes[c].batch;
     void *heads[64];
     for (unsigned i = 0; i < count; i++)
-        assert_int_equal(cm_central_fill(c, batch, &heads[i]), batch);
+        assert_int_equal(cm_central_fill(c, batch, &heads[i], 0), batch);
     for (unsigned i = 0; i < count; i++)
         cm_central_flush(c, heads[i], batch);
     size_t cached;
@@ -164,7 +164,7 @@ static void *take_one_batch(void *arg)
 {
     (void)arg;
     void *head;
-    unsigned n = cm_central_fill(shared_class, cm_classes[shared_class].batch, &head);
+    unsigned n = cm_central_fill(shared_class, cm_classes[shared_class].batch, &head, 0);
     cm_central_flush(shared_class, head, n); /* back, as this thread's own */
     return NULL;
 }

@@ -1,0 +1,262 @@
+/* test_remote.c - frees of another thread's blocks, under either middle end: nothing is lost
+ * when the allocating thread exits first or the freeing one exits with frees pending, nor in
+ * rounds of threads freeing each other's blocks as they come and go, a second
+ * free of a block another thread freed is reported, and the heap checks hold throughout.
+ * Under MIDDLE=owner also: the blocks come back to the thread that allocated them (its
+ * mailbox, not the central cache), and a forked child may free again what another thread had
+ * freed before the fork, wherever it waits (that thread's list or batch, or the forking
+ * thread's mailbox: glibc's child does, tests/programs/fork_dlopen_tls.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "cmalloc.h"
+#include "internal.h"
+#include "helpers.h"
+
+#define BLOCKS 300
+#define SIZE   48
+
+static void *blocks[BLOCKS];
+
+static void *free_blocks(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < BLOCKS; i++)
+        free(blocks[i]);
+    return NULL;
+}
+
+static void on_another_thread(void *(*body)(void *), void *arg)
+{
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, body, arg), 0);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+}
+
+/* Objects of the class out of its spans beyond those in the transfer cache, once the calling
+ * thread gave back all it holds: the program's blocks and other threads' caches. */
+static size_t held_out(unsigned size_class)
+{
+    cm_thread_cache_flush_current();
+    cm_central_drain();
+    size_t cached, out = cm_central_objects_out(size_class, &cached);
+    return out - cached;
+}
+
+/* Another thread frees this thread's blocks and exits with some of those frees still pending
+ * (fewer than a batch): none is lost, and under MIDDLE=owner every one is in this thread's
+ * mailbox when the other has exited, and this thread's next allocation takes from it. */
+static void remote_frees_come_back(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(SIZE);
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = 0;
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(SIZE); /* this thread's list empty: the next miss shows */
+    for (int i = 0; i < BLOCKS; i++)
+        blocks[i] = malloc(SIZE);
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(SIZE); /* what the fills brought beyond the blocks */
+    on_another_thread(free_blocks, NULL);
+#ifdef CM_MIDDLE_OWNER
+    /* Every block is in this thread's mailbox: taken out, counted, put back. */
+    unsigned slot = cm_thread_cache_current->slot, found = 0;
+    assert_true(slot != 0);
+    void *mail = cm_remote_take(slot), *last = NULL;
+    for (void *p = mail; p != NULL; p = cm_link_next(p), found++) {
+        bool ours = false;
+        for (int j = 0; j < BLOCKS && !ours; j++)
+            ours = p == blocks[j];
+        if (!ours)
+            fail_msg("%p in the mailbox is not one of the freed blocks", p);
+        last = p;
+    }
+    assert_int_equal(found, BLOCKS);
+    assert_true(cm_remote_post(slot, mail, last, 0));
+    /* The next allocation's miss takes them before it asks the central cache. */
+    void *first = malloc(SIZE);
+    bool ours = false;
+    for (int j = 0; j < BLOCKS && !ours; j++)
+        ours = first == blocks[j];
+    assert_true(ours);
+    free(first);
+#endif
+    assert_true(cm_heap_check());
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_int_equal(held_out(c), before);
+}
+
+/* The allocating thread exits before another frees its blocks (of several classes): its
+ * mailbox is closed by then, and those frees must still reach the central cache. */
+static void *allocate_blocks(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < BLOCKS; i++)
+        blocks[i] = malloc((size_t)(16 + (i % 7) * 200));
+    return NULL;
+}
+
+static void owner_gone_before_the_frees(void **state)
+{
+    (void)state;
+    size_t before[7];
+    for (int k = 0; k < 7; k++)
+        before[k] = held_out(cm_size_class((size_t)(16 + k * 200)));
+    on_another_thread(allocate_blocks, NULL);
+    for (int i = 0; i < BLOCKS; i++)
+        free(blocks[i]);
+    assert_true(cm_heap_check());
+    for (int k = 0; k < 7; k++)
+        assert_int_equal(held_out(cm_size_class((size_t)(16 + k * 200))), before[k]);
+}
+
+/* Rounds of threads, each freeing the blocks its neighbour allocated while the neighbour is
+ * still allocating, or exiting, or gone (mailboxes closed and slots reused as threads come and
+ * go): after every round the heap checks hold, and from the second on no more objects are out
+ * of their spans than after the first (a loss would grow it). 200 rounds of 4 threads. */
+#define RING        4
+#define RING_EACH   1500
+#define RING_ROUNDS 200
+static void *ring[RING][RING_EACH];
+static pthread_barrier_t ring_barrier;
+
+static void *ring_thread(void *arg)
+{
+    unsigned me = (unsigned)(uintptr_t)arg, seed = me * 2654435761u + 1;
+    for (int i = 0; i < RING_EACH; i++) {
+        seed = seed * 1103515245u + 12345u;
+        ring[me][i] = malloc(16 + (seed >> 16) % 2048);
+    }
+    pthread_barrier_wait(&ring_barrier);
+    for (int i = 0; i < RING_EACH; i++)
+        free(ring[(me + 1) % RING][i]);
+    return NULL;
+}
+
+static size_t held_out_all(void)
+{
+    size_t total = 0;
+    for (unsigned c = 1; c < cm_class_count; c++)
+        total += held_out(c);
+    return total;
+}
+
+static void rounds_of_threads_lose_nothing(void **state)
+{
+    (void)state;
+    size_t before = 0; /* after the first round: glibc keeps a few blocks for thread reuse */
+    for (int round = 0; round < RING_ROUNDS; round++) {
+        pthread_t threads[RING];
+        pthread_barrier_init(&ring_barrier, NULL, RING);
+        for (uintptr_t t = 0; t < RING; t++)
+            assert_int_equal(pthread_create(&threads[t], NULL, ring_thread, (void *)t), 0);
+        for (int t = 0; t < RING; t++)
+            pthread_join(threads[t], NULL);
+        pthread_barrier_destroy(&ring_barrier);
+        assert_true(cm_heap_check());
+        size_t now = held_out_all();
+        if (round == 0)
+            before = now;
+        else if (now != before)
+            fail_msg("round %d: %zu objects out of their spans, %zu before", round, now, before);
+    }
+}
+
+/* A second free by the thread that freed another thread's block first is reported. */
+static void *free_twice(void *arg)
+{
+    free(arg);
+    announce(arg);
+    free(arg);
+    return NULL;
+}
+
+static void free_remote_twice(void *arg)
+{
+    (void)arg;
+    on_another_thread(free_twice, malloc(SIZE));
+}
+
+static void a_remote_double_free_is_reported(void **state)
+{
+    (void)state;
+    child_spec spec = {.body = free_remote_twice};
+    expect_report(&spec, "cmalloc: double free %p in free()");
+}
+
+#ifdef CM_MIDDLE_OWNER
+/* A thread frees the main thread's blocks and stays: some wait on its list, some in its
+ * batch for the main thread, two batches' worth were posted to the main thread's mailbox. A
+ * child forked then frees every one of them again: its first free there, as glibc's child
+ * does with what a parent thread freed; a second one is a double free as ever. */
+#define HANDED (2 * CM_REMOTE_BATCH_OBJECTS + 100)
+static void *handed[HANDED];
+static _Atomic int handed_over, children_done;
+
+static void *free_handed_and_stay(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < HANDED; i++)
+        free(handed[i]);
+    atomic_store(&handed_over, 1);
+    while (!atomic_load(&children_done))
+        cm_os_yield();
+    return NULL;
+}
+
+static void free_handed_again(void *arg)
+{
+    for (int i = 0; i < HANDED; i++)
+        free(handed[i]);
+    if (!cm_heap_check())
+        _exit(5);
+    if (arg != NULL)
+        free(handed[0]);
+}
+
+static void a_child_may_free_again_what_another_thread_sent_home(void **state)
+{
+    (void)state;
+    for (int i = 0; i < HANDED; i++)
+        handed[i] = malloc(SIZE);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, free_handed_and_stay, NULL), 0);
+    while (!atomic_load(&handed_over))
+        cm_os_yield();
+    static child_result result;
+    child_spec spec = {.body = free_handed_again};
+    run_child(&spec, &result);
+    char expected[96];
+    snprintf(expected, sizeof expected, "cmalloc: double free %p in free()", handed[0]);
+    expect_death(free_handed_again, "twice", expected);
+    atomic_store(&children_done, 1);
+    pthread_join(thread, NULL);
+    char how[96];
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("a child's free of blocks another thread freed before the fork: %s\n%s",
+                 describe_status(result.status, how, sizeof how), result.output);
+}
+#endif
+
+int main(void)
+{
+    start_watchdog("test_remote", 120);
+    cm_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(remote_frees_come_back),
+        cmocka_unit_test(owner_gone_before_the_frees),
+        cmocka_unit_test(rounds_of_threads_lose_nothing),
+        cmocka_unit_test(a_remote_double_free_is_reported),
+#ifdef CM_MIDDLE_OWNER
+        cmocka_unit_test(a_child_may_free_again_what_another_thread_sent_home),
+#endif
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
