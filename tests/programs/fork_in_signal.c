@@ -5,7 +5,8 @@
  * waits for itself. After 2 s of this the program runs again (re-executed) with
  * CMALLOC_BACKGROUND_RELEASE=1, whose release thread makes the process multi-threaded for
  * glibc although the program has one thread: cmalloc's prepare handler took the locks then
- * and hung in every run until 8af513e. Exit 0 when both runs end. */
+ * and hung in every run until 8af513e. Exit 0 when both runs end. The handler forks at most
+ * half the time (see on_timer), so the run ends on a loaded machine too. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,23 @@
 extern char **environ;
 static volatile sig_atomic_t forks;
 
+static struct timespec next_fork; /* the handler forks no earlier than this */
+
+static long long nanoseconds(const struct timespec *t)
+{
+    return (long long)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
+/* Forks at most half the time: on a loaded machine a fork and its wait take longer than the
+ * timer's period, and a handler that forked on every tick left main no time at all (the run
+ * then never ended, with or without cmalloc). After a fork that took d, the next waits d. */
 static void on_timer(int signal_number)
 {
     (void)signal_number;
+    struct timespec start, done;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    if (nanoseconds(&start) < nanoseconds(&next_fork))
+        return;
     pid_t pid = fork();
     if (pid == 0)
         _exit(0);
@@ -27,6 +42,10 @@ static void on_timer(int signal_number)
         waitpid(pid, NULL, 0);
         forks++;
     }
+    clock_gettime(CLOCK_MONOTONIC, &done);
+    long long next = 2 * nanoseconds(&done) - nanoseconds(&start);
+    next_fork.tv_sec = (time_t)(next / 1000000000);
+    next_fork.tv_nsec = (long)(next % 1000000000);
 }
 
 int main(int argc, char **argv)
