@@ -94,9 +94,11 @@ static const option_entry options[] = {
          "1: at exit, print the sampled allocations still live, grouped by stack, largest first",
      .min = 0, .max = 1},
     {"PROF_DUMP", &cm_option.prof_dump, OPTION_TEXT, 0,
-     .doc = "a path: write the heap profile (pprof's legacy text format) there at exit"},
+     .doc = "a path: write the heap profile (pprof's legacy text format) there at exit; %p "
+            "the pid, %e the program; a file holding another process's samples: <path>.<pid>"},
     {"PROF_SIGNAL", &cm_option.prof_signal, OPTION_TEXT, 0,
-     .doc = "a signal (SIGUSR2, or its number): write a heap profile when it arrives"},
+     .doc = "a catchable signal (SIGUSR2, INT, SIGRTMIN+3, or its number): write a heap "
+            "profile when it arrives"},
     {"GUARD_RATE", &cm_option.guard_rate, OPTION_SIZE, 0,
      .doc =
          "N: on average one small allocation in N gets its own page before a guard page (0: off)",
