@@ -54,8 +54,7 @@
 #include <signal.h>
 #include <string.h>
 
-#define PAGE      ((size_t)4096) /* the kernel's page: the unit of protection */
-#define SLOTS_MAX CM_GUARD_SLOTS_MAX
+#define PAGE ((size_t)4096) /* the kernel's page: the unit of protection */
 /* Slots opened by one mprotect where guard markers allow. The kernel's work per data page (a
  * mapping each) stays, so the cost per slot stops falling at about 16: 0.45 us against 0.9-1.1
  * alone, no lower with 64 (build/bench/guard_calls separate 16 1, separate 1 1). A freed slot
@@ -352,11 +351,7 @@ bool cm_guard_init(cm_stack_printer print_stack, cm_context_printer print_access
 {
     stack_printer = print_stack;
     access_printer = print_access;
-    size_t count = cm_option.guard_slots;
-    if (count == 0)
-        return false;
-    if (count > SLOTS_MAX)
-        count = SLOTS_MAX;
+    size_t count = cm_option.guard_slots; /* 1..CM_GUARD_SLOTS_MAX: options.c keeps the range */
     slots = cm_metadata_alloc(count * sizeof(guard_slot));
     char *pool = slots ? cm_os_reserve((2 * count + 1) * PAGE) : NULL;
     if (pool == NULL)
