@@ -277,15 +277,17 @@ bool cm_central_valid(void);
 void cm_central_fork(int phase);
 
 #ifdef CM_MIDDLE_OWNER
-/* remote.c: the owners' mailboxes (MIDDLE=owner) */
+/* remote.c: the owners' mailboxes (MIDDLE=owner), a stack per slot and size class */
 unsigned cm_remote_open(void);
-bool cm_remote_is_open(unsigned slot);
-bool cm_remote_post(unsigned slot, void *first, void *last, size_t bytes);
-void *cm_remote_take(unsigned slot);
-void *cm_remote_close(unsigned slot);
+bool cm_remote_post(unsigned slot, unsigned size_class, void *first, void *last, uint32_t count,
+                    uint32_t most);
+void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);
+void cm_remote_close(unsigned slot);
+void cm_remote_release(unsigned slot);
+size_t cm_remote_bytes(void);
 void cm_remote_leave_behind(unsigned slot);
 void cm_remote_fork_child(unsigned forking);
-bool cm_remote_take_left_behind(void *object, unsigned own);
+bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own);
 bool cm_remote_valid(unsigned own);
 #endif
 

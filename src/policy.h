@@ -128,14 +128,12 @@
 
 /* ---- remote frees (MIDDLE=owner, remote.c) --------------------------------------------------
  * Slots for thread caches' mailboxes (the pagemap's owner field is 16 bits; threads beyond
- * them free the central way). A freeing thread keeps batches for this many destinations at
- * once and posts one when it holds this many bytes or objects; a mailbox whose owner has not
- * taken it refuses posts above its bound, so that an owner that stops allocating holds at most
- * that much of what others freed. */
+ * them free the central way). A run a list gives back is split among at most this many owners
+ * (objects of further owners in the same run go the central way); a mailbox whose owner has
+ * not taken it refuses posts above its bound, so that an owner that stops allocating holds at
+ * most that much of what others freed. */
 #define CM_REMOTE_SLOTS         1024
 #define CM_REMOTE_DESTINATIONS  4
-#define CM_REMOTE_BATCH_BYTES   ((size_t)64 << 10)
-#define CM_REMOTE_BATCH_OBJECTS 256
 #define CM_REMOTE_MAILBOX_BYTES ((size_t)2 << 20) /* a thread cache's default budget */
 
 /* ---- limits that follow glibc ---------------------------------------------------------------- */

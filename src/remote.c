@@ -1,28 +1,35 @@
-/* remote.c - the owner middle end's mailboxes (MIDDLE=owner): where a free of another thread's
- * object goes, with no lock.
+/* remote.c - the owner middle end's mailboxes (MIDDLE=owner): where frees of another thread's
+ * objects go, with no lock.
  *
  * Every live thread cache holds a slot, a number from 1 to CM_REMOTE_SLOTS - 1 (0: none, when
  * all are taken). The central cache writes the filling cache's slot into the pagemap's owner
  * field of every span it carves objects from (the span's owner is the cache that last took
  * objects from it). A free is pushed on the freeing thread's own list as ever; when that list
- * gives objects back (thread_cache.c's send_home), those of spans another live cache owns go
- * onto the freeing thread's outgoing batch for that owner, and a batch big enough is posted
- * here with one compare-and-swap. The owner takes its whole mailbox with one exchange on its
- * allocation miss, before it asks the central cache.
- * Ownership is a route, not an account: objects in batches and mailboxes count as out of their
- * spans (span->used) as objects in thread caches do, so any cache may take any of them and a
- * stale route (a slot reused by a new thread, a span refilled by another) costs nothing but a
- * detour.
- *
- * A mailbox's head is NULL (open, empty), the top object of a stack of posted batches (open),
- * or CLOSED (no owner: posters keep their batch and free it the central way). A slot is FREE
- * (head CLOSED, may be opened), OPEN (a live cache's), or LEFT (a forked child's slot of a
- * thread that did not survive the fork: closed for good, its objects kept whole on left, never
- * reused, for cm_remote_take_left_behind).
- * Invariants: every object in a mailbox or on left carries the free mark and counts as used in
- * its span; bytes is at most CM_REMOTE_MAILBOX_BYTES plus one batch (posts above it are
- * refused), so an owner that stops allocating strands a bounded amount; only the owner takes,
- * so a take and the pushes need no ABA guard (pushes only add on top).
+ * gives objects back (thread_cache.c's send_home), those of spans another live cache owns are
+ * posted here, a run per owner.
+ * A slot has one mailbox word per size class: a stack of the objects posted to it and their
+ * count, in one 64-bit word, so a post is one compare-and-swap (the poster links its run's
+ * last object to the top it read) and the owner's take is one compare-and-swap that hands over
+ * the whole stack with its length: it becomes the owner's empty free list as it is, with no
+ * object read. (The mailboxes were once one stack per slot, of every class, which the owner
+ * walked to sort: each object another core had just written cost a cache miss, 35% of
+ * xmalloc_bench's time under `perf record`.)
+ * Word: top << 16 | count << 1 | open. top is the stack's first object (below 2^48, as every
+ * address the pagemap covers), count at most COUNT_MOST, open set while the slot has an owner;
+ * a closed word refuses posts and keeps what it holds for whoever closed it.
+ * Ownership is a route, not an account: objects in mailboxes count as out of their spans
+ * (span->used) as objects in thread caches do, so any cache may take any of them and a stale
+ * route (a slot reused by a new thread, a span refilled by another) costs nothing but a detour.
+ * A slot is FREE (every word closed and empty, may be opened), OPEN (a live cache's, or being
+ * closed by its cache's exit) or LEFT (a forked child's slot of a thread that did not survive
+ * the fork: closed for good, its objects kept whole, never reused, for
+ * cm_remote_take_left_behind).
+ * Invariants: every object in a mailbox carries the free mark and counts as used in its span;
+ * a word's stack holds exactly its count of objects of its class and ends in NULL; bytes is at
+ * most CM_REMOTE_MAILBOX_BYTES plus one post (posts above it are refused), so an owner that
+ * stops allocating strands a bounded amount; only the owner (or, once closed, the closer) takes,
+ * so takes and pushes need no ABA guard (pushes only add on top, and what is below the top a
+ * taker read stays as it was).
  * No lock: slots are claimed with a compare-and-swap of their state.
  */
 #include "internal.h"
@@ -31,19 +38,34 @@
 
 enum { SLOT_FREE = 0, SLOT_OPEN, SLOT_LEFT };
 
+#define WORD_OPEN  ((uint64_t)1)
+#define COUNT_MOST 0x7fffu
+
 typedef struct mailbox {
-    _Atomic(void *) head;
-    _Atomic size_t bytes; /* posted since the owner's last take (a bound, not an exact count) */
+    _Atomic int64_t bytes; /* posted since the owner's takes (a bound, not an exact count: a post
+                              adds after its compare-and-swap, so a take may run ahead of it) */
     _Atomic uint8_t state;
-    void *left; /* SLOT_LEFT: what the mailbox held at the fork */
+    _Atomic uint64_t words[CM_CLASSES_MAX];
 } __attribute__((aligned(CM_FALSE_SHARING))) mailbox;
 
-static char closed_mark;
-#define CLOSED ((void *)&closed_mark)
+static mailbox boxes[CM_REMOTE_SLOTS];     /* all FREE: every word 0, closed and empty */
+static _Atomic unsigned next_try = 1;      /* where the next claim starts looking */
+static _Atomic unsigned slots_touched = 1; /* 1 + the highest slot ever opened: the walks of every
+                                            slot stop there, leaving the rest of boxes untouched */
+static unsigned forked_slot;               /* a forked child's: the forking thread's slot */
 
-static mailbox boxes[CM_REMOTE_SLOTS] = {[0 ... CM_REMOTE_SLOTS - 1] = {.head = CLOSED}};
-static _Atomic unsigned next_try = 1; /* where the next claim starts looking */
-static unsigned forked_slot;          /* a forked child's: the forking thread's slot */
+static inline uint64_t word_of(void *top, uint32_t count, uint64_t open)
+{
+    return (uint64_t)(uintptr_t)top << 16 | (uint64_t)count << 1 | open;
+}
+static inline void *word_top(uint64_t word)
+{
+    return (void *)(uintptr_t)(word >> 16);
+}
+static inline uint32_t word_count(uint64_t word)
+{
+    return (uint32_t)(word >> 1) & COUNT_MOST;
+}
 
 unsigned cm_remote_open(void)
 {
@@ -51,9 +73,15 @@ unsigned cm_remote_open(void)
     for (unsigned i = 0; i < CM_REMOTE_SLOTS - 1; i++) {
         unsigned slot = 1 + (start - 1 + i) % (CM_REMOTE_SLOTS - 1);
         uint8_t expected = SLOT_FREE;
-        if (atomic_compare_exchange_strong(&boxes[slot].state, &expected, SLOT_OPEN)) {
-            atomic_store_explicit(&boxes[slot].bytes, 0, memory_order_relaxed);
-            atomic_store_explicit(&boxes[slot].head, NULL, memory_order_release);
+        mailbox *box = &boxes[slot];
+        if (atomic_compare_exchange_strong(&box->state, &expected, SLOT_OPEN)) {
+            unsigned touched = atomic_load_explicit(&slots_touched, memory_order_relaxed);
+            while (touched <= slot &&
+                   !atomic_compare_exchange_weak(&slots_touched, &touched, slot + 1))
+                ;
+            atomic_store_explicit(&box->bytes, 0, memory_order_relaxed);
+            for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+                atomic_store_explicit(&box->words[size_class], WORD_OPEN, memory_order_release);
             atomic_store_explicit(&next_try, slot + 1 < CM_REMOTE_SLOTS ? slot + 1 : 1,
                                   memory_order_relaxed);
             return slot;
@@ -62,117 +90,141 @@ unsigned cm_remote_open(void)
     return 0;
 }
 
-/* Whether slot has an owner now (a route to it is worth a batch). */
-bool cm_remote_is_open(unsigned slot)
+/* Posts the run first..last (count linked, marked objects of size_class) to slot's owner;
+ * false when the slot has no owner, its mailbox is over its bound or its word would hold more
+ * than most objects: the caller keeps the run (last's link may have changed). */
+bool cm_remote_post(unsigned slot, unsigned size_class, void *first, void *last, uint32_t count,
+                    uint32_t most)
 {
-    return atomic_load_explicit(&boxes[slot].state, memory_order_relaxed) == SLOT_OPEN;
-}
-
-/* Posts the batch first..last (linked, marked, bytes in all) to slot's owner; false when the
- * slot has no owner or its mailbox is over its bound: the caller keeps the batch. */
-static bool push(mailbox *box, void *first, void *last)
-{
-    void *top = atomic_load_explicit(&box->head, memory_order_relaxed);
-    do {
-        if (top == CLOSED)
-            return false;
-        cm_link_relink(last, top);
-    } while (!atomic_compare_exchange_weak_explicit(&box->head, &top, first, memory_order_release,
-                                                    memory_order_relaxed));
-    return true;
-}
-
-bool cm_remote_post(unsigned slot, void *first, void *last, size_t bytes)
-{
+    CM_ASSERT(most <= COUNT_MOST && count > 0);
     mailbox *box = &boxes[slot];
-    if (atomic_load_explicit(&box->bytes, memory_order_relaxed) > CM_REMOTE_MAILBOX_BYTES ||
-        !push(box, first, last))
+    if (atomic_load_explicit(&box->bytes, memory_order_relaxed) > (int64_t)CM_REMOTE_MAILBOX_BYTES)
         return false;
-    atomic_fetch_add_explicit(&box->bytes, bytes, memory_order_relaxed);
+    _Atomic uint64_t *word = &box->words[size_class];
+    uint64_t seen = atomic_load_explicit(word, memory_order_relaxed);
+    do {
+        if (!(seen & WORD_OPEN) || word_count(seen) + count > most)
+            return false;
+        cm_link_relink(last, word_top(seen));
+    } while (!atomic_compare_exchange_weak_explicit(
+        word, &seen, word_of(first, word_count(seen) + count, WORD_OPEN), memory_order_release,
+        memory_order_relaxed));
+    atomic_fetch_add_explicit(&box->bytes, (int64_t)(count * cm_classes[size_class].size),
+                              memory_order_relaxed);
     return true;
 }
 
-/* The owner puts back what it took (its slot is open, so this cannot fail). */
-static void put_back(unsigned own, void *list, void *last)
-{
-    if (list != NULL)
-        push(&boxes[own], list, last);
-}
-
-/* The owner's take: everything posted to its open slot, as one NULL-terminated list. */
-void *cm_remote_take(unsigned slot)
+/* Everything posted to slot for size_class, as a NULL-terminated list of *count objects (NULL
+ * and 0 when there is none). Only the slot's owner may take, or once closed, its closer. */
+void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count)
 {
     mailbox *box = &boxes[slot];
-    void *top = atomic_load_explicit(&box->head, memory_order_relaxed);
-    if (top == NULL || top == CLOSED) /* closed: only a sweep that took a live cache for gone */
+    _Atomic uint64_t *word = &box->words[size_class];
+    uint64_t seen = atomic_load_explicit(word, memory_order_relaxed);
+    *count = 0;
+    if (word_count(seen) == 0)
         return NULL;
-    atomic_store_explicit(&box->bytes, 0, memory_order_relaxed);
-    return atomic_exchange_explicit(&box->head, NULL, memory_order_acquire);
+    while (!atomic_compare_exchange_weak_explicit(word, &seen, seen & WORD_OPEN,
+                                                  memory_order_acquire, memory_order_relaxed))
+        ;
+    *count = word_count(seen);
+    atomic_fetch_sub_explicit(&box->bytes, (int64_t)(*count * cm_classes[size_class].size),
+                              memory_order_relaxed);
+    return word_top(seen);
 }
 
-/* The owner is gone (thread exit, an orphan's sweep): later posts are refused, and what the
- * mailbox held is returned for the caller to give back. The slot may be opened again. */
-void *cm_remote_close(unsigned slot)
+/* The owner is gone (thread exit, an orphan's sweep): every word refuses posts from now on and
+ * keeps what it holds, for the caller to take; cm_remote_release then frees the slot. */
+void cm_remote_close(unsigned slot)
 {
-    mailbox *box = &boxes[slot];
-    void *list = atomic_exchange_explicit(&box->head, CLOSED, memory_order_acquire);
-    atomic_store_explicit(&box->state, SLOT_FREE, memory_order_release);
-    return list;
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+        atomic_fetch_and_explicit(&boxes[slot].words[size_class], ~WORD_OPEN, memory_order_acq_rel);
+}
+
+/* A closed slot whose words were all taken may be opened again. */
+void cm_remote_release(unsigned slot)
+{
+    atomic_store_explicit(&boxes[slot].state, SLOT_FREE, memory_order_release);
+}
+
+/* Bytes waiting in every mailbox, for the stats (a bound: see mailbox.bytes). */
+size_t cm_remote_bytes(void)
+{
+    int64_t bytes = 0;
+    unsigned touched = atomic_load_explicit(&slots_touched, memory_order_relaxed);
+    for (unsigned slot = 1; slot < touched; slot++)
+        bytes += atomic_load_explicit(&boxes[slot].bytes, memory_order_relaxed);
+    return bytes > 0 ? (size_t)bytes : 0;
 }
 
 /* In a forked child: the slot of a thread that did not survive closes for good, its objects
  * kept whole (another thread may have freed one just before the fork, which glibc's child
- * frees again: thread_cache.c's cm_thread_cache_take_left_behind). forking: the forking
- * thread's slot. */
+ * frees again: thread_cache.c's cm_thread_cache_take_left_behind). */
 void cm_remote_leave_behind(unsigned slot)
 {
-    boxes[slot].left = atomic_exchange_explicit(&boxes[slot].head, CLOSED, memory_order_acquire);
+    cm_remote_close(slot);
     atomic_store_explicit(&boxes[slot].state, SLOT_LEFT, memory_order_relaxed);
 }
 
+/* forking: the forking thread's slot, in the child. */
 void cm_remote_fork_child(unsigned forking)
 {
     forked_slot = forking;
 }
 
-/* In a forked child, a free of an object carrying the free mark: true (the object taken out)
- * when it sits in a left-behind mailbox, or in the forking thread's own (own: the caller's
- * slot) where another thread had posted it before the fork. */
-bool cm_remote_take_left_behind(void *object, unsigned own)
+/* Takes object out of word's stack, which no one else changes meanwhile; keeps open as it is. */
+static bool unlink_from(_Atomic uint64_t *word, void *object, unsigned size_class)
 {
-    for (unsigned slot = 1; slot < CM_REMOTE_SLOTS; slot++)
+    uint64_t seen = atomic_load_explicit(word, memory_order_acquire);
+    void *top = word_top(seen);
+    if (!cm_list_unlink(&top, object, word_count(seen), size_class))
+        return false;
+    atomic_store_explicit(word, word_of(top, word_count(seen) - 1, seen & WORD_OPEN),
+                          memory_order_release);
+    return true;
+}
+
+/* In a forked child, a free of an object of size_class carrying the free mark: true (the
+ * object taken out) when it sits in a left-behind mailbox, or in the forking thread's own (own:
+ * the caller's slot) where another thread had posted it before the fork. The caller holds the
+ * thread caches' registry lock. */
+bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own)
+{
+    unsigned touched = atomic_load_explicit(&slots_touched, memory_order_relaxed);
+    for (unsigned slot = 1; slot < touched; slot++)
         if (atomic_load_explicit(&boxes[slot].state, memory_order_relaxed) == SLOT_LEFT &&
-            cm_list_unlink(&boxes[slot].left, object, SIZE_MAX, 0))
+            unlink_from(&boxes[slot].words[size_class], object, size_class))
             return true;
     if (own == 0 || own != forked_slot)
         return false;
     /* Only the owner takes: out, search, and what is left posted back. */
-    void *list = cm_remote_take(own);
-    bool found = cm_list_unlink(&list, object, SIZE_MAX, 0);
+    uint32_t count;
+    void *list = cm_remote_take(own, size_class, &count);
+    bool found = cm_list_unlink(&list, object, count, size_class);
+    count -= found;
     void *last = list;
-    for (void *next; last != NULL && (next = cm_link_next_checked(last)) != NULL;)
-        last = next;
-    put_back(own, list, last);
+    for (uint32_t i = 1; i < count; i++)
+        last = cm_link_next_checked(last);
+    if (count > 0)
+        cm_remote_post(own, size_class, list, last, count, COUNT_MOST);
     return found;
 }
 
-/* Checks the caller's own mailbox (own: its slot): open, and every object in it a free object
- * of a SMALL span. Taken out and posted back, as only the owner may walk it. */
+/* Checks the caller's own mailbox (own: its slot): open, every word open, its stack its count
+ * of free objects of its class. Only the owner takes, so the stacks below the tops read here
+ * stay as they are while they are walked. */
 bool cm_remote_valid(unsigned own)
 {
     if (own == 0)
         return true;
-    if (atomic_load_explicit(&boxes[own].state, memory_order_relaxed) != SLOT_OPEN)
+    mailbox *box = &boxes[own];
+    if (atomic_load_explicit(&box->state, memory_order_relaxed) != SLOT_OPEN)
         return false;
-    void *list = cm_remote_take(own), *last = NULL;
-    bool ok = true;
-    for (void *object = list; object != NULL && ok; object = cm_link_next(object)) {
-        cm_span *span = cm_span_of(object);
-        ok = span != NULL && span->state == CM_SPAN_SMALL &&
-             cm_is_free_object_of(span->size_class, object);
-        last = object;
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        uint64_t word = atomic_load_explicit(&box->words[size_class], memory_order_acquire);
+        if (!(word & WORD_OPEN) ||
+            !cm_object_list_valid(size_class, word_top(word), word_count(word)))
+            return false;
     }
-    if (ok)
-        put_back(own, list, last);
-    return ok;
+    return true;
 }

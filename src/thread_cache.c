@@ -34,11 +34,11 @@
  * MIDDLE=owner (remote.c): each cache holds a mailbox slot, which the central cache writes as
  * the owner of the spans the cache fills from. The fast paths do not look at it: a free of
  * another cache's object is pushed on this thread's list like any other. What a list gives
- * back (overflow, budget, idle lists, exit) is sent home: objects of spans another live cache
- * owns onto this cache's batch for that owner (posted with one compare-and-swap when big
- * enough, on idle checks and at exit), the rest to the central cache as before. An allocation
- * miss takes the cache's mailbox before it asks the central cache. Exit and the orphan sweep
- * send everything home, post the batches and close the mailbox.
+ * back (overflow, budget, idle lists, exit) is sent home: the objects of spans another live
+ * cache owns posted to that owner's mailbox for the class, a run per owner, the rest to the
+ * central cache as before. An allocation miss takes the mailbox of its class, whole, as its
+ * list, before it asks the central cache; an idle list's mailbox goes to the central cache
+ * with it. Exit and the orphan sweep close the mailboxes and give back what they held.
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -169,191 +169,114 @@ static void unregister(cm_thread_cache *cache)
 
 #ifdef CM_MIDDLE_OWNER
 /* ---- remote frees (MIDDLE=owner; remote.c has the mailboxes) ------------------------------ */
-static unsigned class_of(const void *object) /* object: in a SMALL span */
+/* What slot's mailbox holds for size_class goes to the central cache. */
+static void give_back_mailbox(unsigned slot, unsigned size_class)
 {
-    return cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].size_class;
+    uint32_t count;
+    void *list = cm_remote_take(slot, size_class, &count);
+    if (count > 0)
+        cm_central_flush(size_class, list, count);
 }
 
-/* Gives a NULL-terminated list of marked objects of any classes back to the central cache,
- * sorted by class into batches (a whole batch lands in the transfer cache): one lock per batch,
- * not per object, however the classes are mixed. */
-static void give_back_mixed(void *list)
-{
-    struct {
-        void *head;
-        uint32_t count;
-    } runs[CM_CLASSES_MAX];
-    memset(runs, 0, sizeof runs);
-    while (list != NULL) {
-        void *object = list;
-        list = cm_link_next_checked(object);
-        unsigned c = class_of(object);
-        cm_link_relink(object, runs[c].head);
-        runs[c].head = object;
-        if (++runs[c].count == cm_classes[c].batch) {
-            cm_central_flush(c, runs[c].head, runs[c].count);
-            runs[c].head = NULL;
-            runs[c].count = 0;
-        }
-    }
-    for (unsigned c = 1; c < cm_class_count; c++)
-        if (runs[c].count > 0)
-            cm_central_flush(c, runs[c].head, runs[c].count);
-}
-
-/* Sends a batch to its owner; when the owner is gone or its mailbox over its bound, the batch
- * goes the central way instead. */
-static void post_batch(struct cm_remote_batch *batch)
-{
-    void *head = batch->head, *tail = batch->tail;
-    bool posted = head == NULL || cm_remote_post(batch->slot, head, tail, batch->bytes);
-    memset(batch, 0, sizeof *batch);
-    if (!posted) {
-        cm_link_relink(tail, NULL); /* a refused compare-and-swap may have linked it on */
-        give_back_mixed(head);
-    }
-}
-
-static void post_all(cm_thread_cache *cache)
-{
-    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++)
-        post_batch(&cache->outgoing[i]);
-}
-
-/* Everything remote the cache holds goes: its batches posted, its mailbox given back. */
+/* Everything others freed to this cache goes to the central cache. */
 static void flush_remote(cm_thread_cache *cache)
 {
-    post_all(cache);
     if (cache->slot != 0)
-        give_back_mixed(cm_remote_take(cache->slot));
+        for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+            give_back_mailbox(cache->slot, size_class);
 }
 
-/* The cache's thread is gone: its batches are posted and its mailbox closed, what it held given
- * back; frees of its spans' objects go the central way until another cache takes from them. */
+/* The cache's thread is gone: its mailboxes closed and what they held given back; frees of its
+ * spans' objects go the central way until another cache takes from them. */
 static void abandon(cm_thread_cache *cache)
 {
-    post_all(cache);
-    if (cache->slot != 0)
-        give_back_mixed(cm_remote_close(cache->slot));
+    if (cache->slot == 0)
+        return;
+    cm_remote_close(cache->slot);
+    flush_remote(cache);
+    cm_remote_release(cache->slot);
     cache->slot = 0;
 }
 
-/* On an allocation miss: the mailbox's objects onto their lists (which grow for them as on a
- * miss, and the budget as a scavenge would grow it), what does not fit back to the central
- * cache (kept past the budget, every take was followed by a scavenge of every list). True
- * when list size_class has objects after it. */
-static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
+/* A list that went unused for a release delay: its mailbox goes back too, so that what others
+ * free to a class the thread no longer allocates does not wait there. */
+static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
-    void *list = cache->slot ? cm_remote_take(cache->slot) : NULL, *spill = NULL;
-    uint64_t touched[(CM_CLASSES_MAX + 63) / 64] = {0};
-    size_t taken = 0; /* bytes put on the lists so far: what they hold stays within budget */
-    while (list != NULL) {
-        void *object = list;
-        list = cm_link_next_checked(object);
-        unsigned c = class_of(object);
-        CM_ASSERT(cm_is_free_object_of(c, object));
-        cm_free_list *to = &cache->lists[c];
-        bool fits = fits_after_growing(cache, taken + cm_classes[c].size);
-        if (to->room == 0 && fits)
-            grow(cache, c);
-        if (to->room > 0 && fits) {
-            taken += cm_classes[c].size;
-            to->room--;
-            cm_link_relink(object, to->head);
-            to->head = object;
-            touched[c / 64] |= (uint64_t)1 << (c % 64);
-        } else {
-            cm_link_relink(object, spill);
-            spill = object;
-        }
-    }
-    for (unsigned c = 1; c < cm_class_count; c++)
-        if (touched[c / 64] & ((uint64_t)1 << (c % 64)))
-            publish(cache, c);
-    give_back_mixed(spill);
-    return cache->lists[size_class].head != NULL;
+    if (cache->slot != 0)
+        give_back_mailbox(cache->slot, size_class);
 }
 
-/* An object of a span another cache owns (slot owner), on its way out of this cache's list:
- * onto this cache's batch for that slot, posted when it is big enough. It keeps the free mark
- * throughout, so a second free of it is reported as a double free wherever it waits. False
- * (the object left as it was) when owner has no batch here and its mailbox is closed. */
-static bool queue_remote(cm_thread_cache *cache, void *object, unsigned size_class, unsigned owner)
+/* On an allocation miss: the mailbox of the empty list's class becomes the list as it is, with
+ * no object read (the list grows to hold it; the budget is kept after the pop, as after a
+ * fill). True when it held objects. */
+static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
-    struct cm_remote_batch *batch = NULL, *fullest = &cache->outgoing[0];
-    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && batch == NULL; i++) {
-        if (cache->outgoing[i].slot == owner)
-            batch = &cache->outgoing[i];
-        else if (cache->outgoing[i].bytes > fullest->bytes)
-            fullest = &cache->outgoing[i];
-    }
-    if (batch == NULL && !cm_remote_is_open(owner))
+    uint32_t count;
+    void *mail = cache->slot != 0 ? cm_remote_take(cache->slot, size_class, &count) : NULL;
+    if (mail == NULL)
         return false;
-    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && batch == NULL; i++)
-        if (cache->outgoing[i].slot == 0)
-            batch = &cache->outgoing[i];
-    if (batch == NULL) { /* every destination taken: the one holding most goes now */
-        batch = fullest;
-        post_batch(batch);
-    }
-    batch->slot = owner;
-    cm_link_set(object, batch->head);
-    if (batch->head == NULL)
-        batch->tail = object;
-    batch->head = object;
-    batch->bytes += cm_classes[size_class].size;
-    if (++batch->count >= CM_REMOTE_BATCH_OBJECTS || batch->bytes >= CM_REMOTE_BATCH_BYTES)
-        post_batch(batch);
+    CM_ASSERT(cm_object_list_valid(size_class, mail, count));
+    cm_free_list *list = &cache->lists[size_class];
+    if (count > list->max_length)
+        set_max_length(cache, size_class, count);
+    list->head = mail;
+    list->room = (int32_t)(list->max_length - count);
     return true;
 }
 
 /* What a list gives back (a NULL-terminated run of count objects of size_class) goes home:
- * an object of a span another live cache owns onto this cache's batch for it, the rest to the
- * central cache as before. So a remote free costs the freeing thread a push onto its own list,
- * as a local one does, and reaches the owner when that list overflows, with no lock. */
+ * the objects of spans another live cache owns posted to it, one run per owner, the rest to
+ * the central cache as before. So a remote free costs the freeing thread a push onto its own
+ * list, as a local one does, and its share of one compare-and-swap when that list overflows. */
 static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
 {
+    struct {
+        void *first, *last;
+        uint32_t count;
+        unsigned slot; /* 0 while unused */
+    } runs[CM_REMOTE_DESTINATIONS] = {{0}};
     void *central = NULL;
     uint32_t kept = 0;
     while (list != NULL) {
         void *object = list;
         list = cm_link_next_checked(object);
-        unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner;
-        if (owner == 0 || owner == cache->slot || !queue_remote(cache, object, size_class, owner)) {
+        unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner, i = 0;
+        while (i < CM_REMOTE_DESTINATIONS && runs[i].slot != owner && runs[i].slot != 0)
+            i++;
+        if (owner == 0 || owner == cache->slot || i == CM_REMOTE_DESTINATIONS) {
             cm_link_relink(object, central);
             central = object;
             kept++;
+            continue;
         }
+        runs[i].slot = owner;
+        cm_link_relink(object, runs[i].first);
+        if (runs[i].first == NULL)
+            runs[i].last = object;
+        runs[i].first = object;
+        runs[i].count++;
     }
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && runs[i].slot != 0; i++)
+        if (!cm_remote_post(runs[i].slot, size_class, runs[i].first, runs[i].last, runs[i].count,
+                            list_cap(size_class))) {
+            cm_link_relink(runs[i].last, central); /* its owner is gone or has enough waiting */
+            central = runs[i].first;
+            kept += runs[i].count;
+        }
     CM_ASSERT(kept <= count);
     (void)count; /* for the debug build's check */
     if (kept > 0)
         cm_central_flush(size_class, central, kept);
 }
 
-/* Each batch holds count free objects of SMALL spans ending at tail, bytes in all, for a slot
- * other than the cache's own; the cache's mailbox is sound (remote.c). */
 static bool remote_valid(cm_thread_cache *cache)
 {
-    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++) {
-        const struct cm_remote_batch *batch = &cache->outgoing[i];
-        size_t bytes = 0;
-        uint32_t n = 0;
-        void *last = NULL;
-        for (void *object = batch->head; object != NULL && n <= batch->count;
-             object = cm_link_next(object), n++) {
-            cm_span *span = cm_span_of(object);
-            if (span == NULL || span->state != CM_SPAN_SMALL ||
-                !cm_is_free_object_of(span->size_class, object))
-                return false;
-            bytes += cm_classes[span->size_class].size;
-            last = object;
-        }
-        if (n != batch->count || bytes != batch->bytes || last != batch->tail ||
-            (n > 0 && (batch->slot == 0 || batch->slot == cache->slot)))
-            return false;
-    }
     return cm_remote_valid(cache->slot);
+}
+
+static size_t mailbox_bytes(void)
+{
+    return cm_remote_bytes();
 }
 
 static unsigned owner_slot(const cm_thread_cache *cache)
@@ -361,7 +284,7 @@ static unsigned owner_slot(const cm_thread_cache *cache)
     return cache->slot;
 }
 
-/* Forked child: a cache left behind closes its mailbox for good, keeping what it held. */
+/* Forked child: a cache left behind closes its mailboxes for good, keeping what they held. */
 static void leave_slot_behind(cm_thread_cache *cache)
 {
     if (cache->slot != 0)
@@ -373,21 +296,12 @@ static void fork_child_slot(void)
     cm_remote_fork_child(thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
 }
 
-static bool take_left_behind_remote(void *object)
+static bool take_left_behind_remote(void *object, unsigned size_class)
 {
     return cm_remote_take_left_behind(
-        object, thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
+        object, size_class, thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
 }
-
-/* A left-behind cache's batches, in a forked child (cm_thread_cache_take_left_behind). */
-static bool unlink_outgoing(cm_thread_cache *cache, void *object)
-{
-    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS; i++)
-        if (cm_list_unlink(&cache->outgoing[i].head, object, cache->outgoing[i].count, 0))
-            return true;
-    return false;
-}
-#else /* the central middle end: no slots, no batches, no mailboxes */
+#else /* the central middle end: no slots, no mailboxes */
 static unsigned owner_slot(const cm_thread_cache *cache)
 {
     (void)cache;
@@ -400,19 +314,15 @@ static void leave_slot_behind(cm_thread_cache *cache)
 static void fork_child_slot(void)
 {
 }
-static bool take_left_behind_remote(void *object)
+static bool take_left_behind_remote(void *object, unsigned size_class)
 {
-    (void)object;
+    (void)object, (void)size_class;
     return false;
 }
 static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
 {
     (void)cache;
     cm_central_flush(size_class, list, count);
-}
-static void post_all(cm_thread_cache *cache)
-{
-    (void)cache;
 }
 static void flush_remote(cm_thread_cache *cache)
 {
@@ -421,6 +331,10 @@ static void flush_remote(cm_thread_cache *cache)
 static void abandon(cm_thread_cache *cache)
 {
     (void)cache;
+}
+static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
+{
+    (void)cache, (void)size_class;
 }
 static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
@@ -432,10 +346,9 @@ static bool remote_valid(cm_thread_cache *cache)
     (void)cache;
     return true;
 }
-static bool unlink_outgoing(cm_thread_cache *cache, void *object)
+static size_t mailbox_bytes(void)
 {
-    (void)cache, (void)object;
-    return false;
+    return 0;
 }
 #endif
 
@@ -444,7 +357,7 @@ static void thread_exit(void *arg)
     cm_thread_cache *cache = arg;
     cm_thread_cache_current = &empty_cache;
     thread_state = THREAD_GONE;
-    release_all(cache); /* first: what it sends home joins its batches, which abandon posts */
+    release_all(cache);
     abandon(cache);
     cm_lock_acquire(&registry_lock);
     unregister(cache);
@@ -587,15 +500,19 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
     if (cm_option.release_delay_ms < 0 || now < cache->idle_check_ms)
         return;
     cache->idle_check_ms = now + cm_release_interval_ms();
-    post_all(cache); /* and remote frees held as long go home */
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
-        if (list->head != NULL && list->head == cache->idle_head[size_class]) {
+        if (list->head != cache->idle_head[size_class]) {
+            cache->idle_head[size_class] = list->head;
+            continue;
+        }
+        release_idle_mailbox(cache, size_class); /* an unused class's mail too, list or not */
+        if (list->head != NULL) {
             release_objects(cache, size_class, cm_free_list_length(list));
             set_max_length(cache, size_class, 0);
             publish(cache, size_class);
+            cache->idle_head[size_class] = NULL;
         }
-        cache->idle_head[size_class] = list->head;
     }
 }
 
@@ -698,7 +615,8 @@ static size_t held_bytes(const cm_thread_cache *cache)
 }
 
 /* Bytes held by all thread caches: exact for the calling thread's, as of their last slow path
- * for the others'; *caches gets how many caches live. */
+ * for the others', and what waits in their mailboxes (MIDDLE=owner); *caches gets how many
+ * caches live. */
 size_t cm_thread_cache_bytes(size_t *caches)
 {
     size_t bytes = 0;
@@ -713,7 +631,7 @@ size_t cm_thread_cache_bytes(size_t *caches)
                      : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
     *caches = live_caches;
     cm_lock_release(&registry_lock);
-    return bytes;
+    return bytes + mailbox_bytes();
 }
 
 /* Checks the calling thread's cache: each list holds length objects of its class, no more
@@ -785,9 +703,8 @@ bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
     cm_lock_acquire(&registry_lock);
     for (cm_thread_cache *cache = left_behind; cache != NULL && !found; cache = cache->next)
         found = cm_list_unlink(&cache->lists[size_class].head, object,
-                               cache->lists[size_class].max_length, size_class) ||
-                unlink_outgoing(cache, object);
-    found = found || take_left_behind_remote(object);
+                               cache->lists[size_class].max_length, size_class);
+    found = found || take_left_behind_remote(object, size_class);
     cm_lock_release(&registry_lock);
     if (found)
         cm_object_hand_out(object);

@@ -111,14 +111,7 @@ typedef struct cm_thread_cache {
     uint64_t idle_check_ms;                    /* when the slow paths next look for idle lists */
     void *idle_head[CM_CLASSES_MAX];           /* each list's head at the last look */
 #ifdef CM_MIDDLE_OWNER
-    uint32_t slot; /* its mailbox (remote.c), the owner of the spans it fills from; 0: none */
-    /* Objects on their way home to another slot: a NULL-terminated list of marked objects. */
-    struct cm_remote_batch {
-        void *head, *tail;
-        size_t bytes;
-        uint32_t count;
-        uint32_t slot; /* its destination; 0 while unused */
-    } outgoing[CM_REMOTE_DESTINATIONS];
+    uint32_t slot; /* its mailboxes (remote.c), the owner of the spans it fills from; 0: none */
 #endif
 } cm_thread_cache;
 

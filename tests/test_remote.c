@@ -4,8 +4,8 @@
  * free of a block another thread freed is reported, and the heap checks hold throughout.
  * Under MIDDLE=owner also: the blocks come back to the thread that allocated them (its
  * mailbox, not the central cache), and a forked child may free again what another thread had
- * freed before the fork, wherever it waits (that thread's list or batch, or the forking
- * thread's mailbox: glibc's child does, tests/programs/fork_dlopen_tls.c). */
+ * freed before the fork, wherever it waits (that thread's list or the forking thread's
+ * mailbox: glibc's child does, tests/programs/fork_dlopen_tls.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,7 +68,8 @@ static void remote_frees_come_back(void **state)
     /* Every block is in this thread's mailbox: taken out, counted, put back. */
     unsigned slot = cm_thread_cache_current->slot, found = 0;
     assert_true(slot != 0);
-    void *mail = cm_remote_take(slot), *last = NULL;
+    uint32_t count;
+    void *mail = cm_remote_take(slot, c, &count), *last = NULL;
     for (void *p = mail; p != NULL; p = cm_link_next(p), found++) {
         bool ours = false;
         for (int j = 0; j < BLOCKS && !ours; j++)
@@ -78,7 +79,8 @@ static void remote_frees_come_back(void **state)
         last = p;
     }
     assert_int_equal(found, BLOCKS);
-    assert_true(cm_remote_post(slot, mail, last, 0));
+    assert_int_equal(count, BLOCKS);
+    assert_true(cm_remote_post(slot, c, mail, last, count, CM_LIST_OBJECTS_MAX));
     /* The next allocation's miss takes them before it asks the central cache. */
     void *first = malloc(SIZE);
     bool ours = false;
@@ -192,11 +194,11 @@ static void a_remote_double_free_is_reported(void **state)
 }
 
 #ifdef CM_MIDDLE_OWNER
-/* A thread frees the main thread's blocks and stays: some wait on its list, some in its
- * batch for the main thread, two batches' worth were posted to the main thread's mailbox. A
- * child forked then frees every one of them again: its first free there, as glibc's child
- * does with what a parent thread freed; a second one is a double free as ever. */
-#define HANDED (2 * CM_REMOTE_BATCH_OBJECTS + 100)
+/* A thread frees the main thread's blocks and stays: some wait on its list, the rest were
+ * posted to the main thread's mailbox. A child forked then frees every one of them again: its
+ * first free there, as glibc's child does with what a parent thread freed; a second one is a
+ * double free as ever. */
+#define HANDED 600
 static void *handed[HANDED];
 static _Atomic int handed_over, children_done;
 
