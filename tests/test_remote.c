@@ -194,6 +194,80 @@ static void a_remote_double_free_is_reported(void **state)
 }
 
 #ifdef CM_MIDDLE_OWNER
+/* Objects waiting in the calling thread's mailbox for size_class, counted and put back. */
+static uint32_t mailbox_count(unsigned size_class)
+{
+    unsigned slot = cm_thread_cache_current->slot;
+    uint32_t count;
+    void *mail = cm_remote_take(slot, size_class, &count), *last = mail;
+    for (uint32_t i = 1; i < count; i++)
+        last = cm_link_next(last);
+    if (count > 0)
+        assert_true(cm_remote_post(slot, size_class, mail, last, count, CM_LIST_OBJECTS_MAX));
+    return count;
+}
+
+/* Another thread frees far more of this thread's blocks of one class than its list may hold:
+ * the mailbox takes no more than that (the rest goes the central way), and none is lost. */
+#define MANY      2000
+#define MANY_SIZE 1024
+static void *many[MANY];
+
+static void *free_many(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < MANY; i++)
+        free(many[i]);
+    return NULL;
+}
+
+static void a_mailbox_holds_no_more_than_a_list(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(MANY_SIZE);
+    size_t before = held_out(c);
+    for (int i = 0; i < MANY; i++)
+        many[i] = malloc(MANY_SIZE);
+    on_another_thread(free_many, NULL);
+    uint32_t waiting = mailbox_count(c);
+    printf("mailbox bound: %u of %d blocks of %d B wait in the owner's mailbox\n", waiting, MANY,
+           MANY_SIZE);
+    assert_true(waiting > 0);
+    assert_true(waiting < MANY);
+    assert_true((size_t)waiting * MANY_SIZE <= CM_LIST_BYTES_MAX);
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
+/* What others free to a class this thread no longer allocates does not wait in its mailbox
+ * for ever: the idle-list check, a release delay on, gives it to the central cache. */
+static void an_idle_class_mailbox_is_given_back(void **state)
+{
+    (void)state;
+    int64_t delay = cm_option.release_delay_ms;
+    cm_option.release_delay_ms = 20;
+    unsigned c = cm_size_class(SIZE), other = cm_size_class(3000);
+    size_t before = held_out(c);
+    for (int i = 0; i < BLOCKS; i++)
+        blocks[i] = malloc(SIZE);
+    on_another_thread(free_blocks, NULL);
+    assert_true(mailbox_count(c) > 0);
+    void *held[256];
+    for (int round = 0; round < 100 && mailbox_count(c) > 0; round++) {
+        cm_os_sleep_ms(25);
+        unsigned n = 0; /* through the other class's list to a miss, which runs the check */
+        while (n < 255 && cm_thread_cache_current->lists[other].head != NULL)
+            held[n++] = malloc(3000);
+        held[n++] = malloc(3000);
+        while (n > 0)
+            free(held[--n]);
+    }
+    cm_option.release_delay_ms = delay;
+    assert_int_equal(mailbox_count(c), 0);
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
 /* A thread frees the main thread's blocks and stays: some wait on its list, the rest were
  * posted to the main thread's mailbox. A child forked then frees every one of them again: its
  * first free there, as glibc's child does with what a parent thread freed; a second one is a
@@ -258,6 +332,8 @@ int main(void)
         cmocka_unit_test(a_remote_double_free_is_reported),
 #ifdef CM_MIDDLE_OWNER
         cmocka_unit_test(a_child_may_free_again_what_another_thread_sent_home),
+        cmocka_unit_test(a_mailbox_holds_no_more_than_a_list),
+        cmocka_unit_test(an_idle_class_mailbox_is_given_back),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
