@@ -45,6 +45,14 @@ void cm_debug_walk(void);
 
 enum { CM_FORK_PREPARE, CM_FORK_PARENT, CM_FORK_CHILD };
 
+/* The library's work at exit, as destructor priorities: a larger one runs first (and every
+ * prioritized one after the unprioritized destructors of the same program or library), so the
+ * order is the same whatever order the objects were linked in, shared or static. The profile
+ * is written before the stats report, which names its file. */
+#define CM_EXIT_PROFILE 103 /* prof.c: the profile at exit, then the leak report */
+#define CM_EXIT_STATS   102 /* stats.c: the stats report */
+#define CM_EXIT_CHECK   101 /* check.c: the last check of the quarantine */
+
 /* os.c: the only file that talks to the kernel */
 void *cm_os_map(size_t size);
 void *cm_os_map_aligned(size_t size, size_t alignment);

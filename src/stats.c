@@ -196,7 +196,7 @@ static int report_fd(void)
     return fd;
 }
 
-__attribute__((destructor)) static void stats_at_exit(void)
+__attribute__((destructor(CM_EXIT_STATS))) static void stats_at_exit(void)
 {
     if (!cm_is_initialized() || !cm_option.stats_at_exit)
         return;

@@ -12,7 +12,8 @@
 #   - CMALLOC_PROF_SIGNAL by any catchable signal's name, refusals worded as they are; a dump
 #     that fails is reported once naming its file; CMALLOC_PROF_DUMP= (empty) gets one warning;
 #   - the profile at exit survives wrappers (timeout, sh -c) and several children of one parent
-#     (google-pprof names the program's function from the file), %p and %e name files;
+#     (google-pprof names the program's function from the file), %p and %e name files; the
+#     stats report at exit names the file that holds its process's profile;
 #   - leak and guard reports name the functions of a program built without -rdynamic, dynamic
 #     and static, as "function+0xoff (object+0xvaddr)"; a guard report starts with the stack of
 #     the faulting access, then the allocation's, then the free's; scripts/cmalloc-symbolize
@@ -138,6 +139,26 @@ for wrapper in "timeout 60" "sh -c" "children"; do
         [ "$named" -eq 4 ] || fail "3 children and their parent: $named profiles name the function, not 4 ($(ls "$tmp"))"
     fi
 done
+# The stats report at exit names the file its process's profile went to (the profile is
+# written first): under timeout and sh -c, the program's first run takes the name, its second
+# gets <name>.<pid>, timeout's exit comes last; each report names its own file, and google-pprof
+# names the program's function from each of the program's two.
+rm -f "$tmp"/s.heap*
+CMALLOC_PROF=1 CMALLOC_PROF_DUMP="$tmp/s.heap" CMALLOC_STATS=1 CMALLOC_PROF_RATE=4K \
+    run timeout 60 sh -c "\"$prog\" work 2000; \"$prog\" work 2000; true" 2>"$tmp/stats-named.txt"
+awk '/^cmalloc stats .*: pid [0-9]*, program / { pid = $6; sub(",", "", pid); program = $8 }
+    /^  heap profile: *written at exit to / { print program, pid, $NF }' "$tmp/stats-named.txt" \
+    >"$tmp/named.txt"
+[ "$(grep -c '^prof_reports ' "$tmp/named.txt")" -eq 2 ] && [ "$(grep -c "^prof_reports [0-9]* $tmp/s.heap\$" "$tmp/named.txt")" -eq 1 ] &&
+    [ "$(grep -c '^timeout ' "$tmp/named.txt")" -eq 1 ] ||
+    fail "the stats reports do not name the program's two profiles and timeout's: $(cat "$tmp/named.txt")"
+while read -r program pid file; do
+    [ "$file" = "$tmp/s.heap" ] || [ "$file" = "$tmp/s.heap.$pid" ] ||
+        fail "$program (pid $pid): its stats report names $file, not s.heap or s.heap.$pid"
+    [ "$program" = timeout ] && { [ -s "$file" ] || fail "timeout: $file, named by its report, is empty"; }
+    [ "$program" = prof_reports ] && { names_work "$file" ||
+        fail "$file, named by the program's stats report, does not name its function ($(head -1 "$file" 2>&1))"; }
+done <"$tmp/named.txt"
 # A second run replaces the first run's profile (the first process to start empties it).
 CMALLOC_PROF_DUMP="$tmp/w.heap" CMALLOC_PROF_RATE=4K run "$prog" nothing 2>"$tmp/rerun.txt"
 [ ! -s "$tmp/rerun.txt" ] && ! names_work "$tmp/w.heap" ||
