@@ -88,6 +88,7 @@ void cm_init(void)
     cm_size_class_init();
     cm_thread_cache_init();
     cm_prof_init();
+    cm_options_announce();
     __atomic_store_n(&cm_initialized, 1, __ATOMIC_RELEASE);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

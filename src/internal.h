@@ -134,6 +134,7 @@ typedef struct cm_option_values {
 #define CM_STATS_JSON 2 /* CMALLOC_STATS=json */
 extern cm_option_values cm_option;
 void cm_options_init(char **environment);
+void cm_options_announce(void);
 void cm_options_print(int fd);
 /* Option number index (0, 1, ... until false): its upper-case name, value, and keyword when
  * the value is the option's keyword value (else NULL); a text option's text is its keyword. */

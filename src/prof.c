@@ -1234,6 +1234,7 @@ static void install_dump_signal(void)
         cm_message_str(&m, why);
         cm_message_str(&m, ")\n");
         cm_message_write(&m, 2);
+        cm_option.prof_signal = NULL; /* not in force: CMALLOC_VERBOSE and the stats list none */
     }
 }
 

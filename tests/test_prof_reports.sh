@@ -9,8 +9,9 @@
 #     as it does without cmalloc;
 #   - a static program works with the profiler and the guard on (allocations, a profile with
 #     samples, a guarded overflow reported and fatal);
-#   - CMALLOC_PROF_SIGNAL by any catchable signal's name, refusals worded as they are; a dump
-#     that fails is reported once naming its file; CMALLOC_PROF_DUMP= (empty) gets one warning;
+#   - CMALLOC_PROF_SIGNAL by any catchable signal's name, refusals worded as they are (and the
+#     refused signal not listed as in force by CMALLOC_VERBOSE); a dump that fails is reported
+#     once naming its file; CMALLOC_PROF_DUMP= (empty) gets one warning;
 #   - the profile at exit survives wrappers (timeout, sh -c) and several children of one parent
 #     (google-pprof names the program's function from the file), %p and %e name files; the
 #     stats report at exit names the file that holds its process's profile;
@@ -91,16 +92,19 @@ for sig in SIGINT TERM SIGQUIT SIGALRM SIGRTMIN SIGRTMIN+3 SIGRTMAX-1 SIGPWR; do
     [ "$status" -eq 0 ] && [ ! -s "$tmp/sig-out.txt" ] && ls "$tmp"/sig.*.1.heap >/dev/null 2>&1 ||
         fail "CMALLOC_PROF_SIGNAL=$sig: status $status, $(ls "$tmp" | grep -c '^sig\..*heap') dumps ($(cat "$tmp/sig-out.txt"))"
 done
-expect_refusal() { # value, words the warning must hold
-    CMALLOC_PROF_SIGNAL=$1 run "$prog" nothing 2>"$tmp/refusal.txt"
+expect_refusal() { # value, words the warning must hold; CMALLOC_VERBOSE lists no signal
+    CMALLOC_VERBOSE=1 CMALLOC_PROF_SIGNAL=$1 run "$prog" nothing 2>"$tmp/refusal.txt"
     grep -q "ignoring CMALLOC_PROF_SIGNAL=$1 ($2" "$tmp/refusal.txt" ||
         fail "CMALLOC_PROF_SIGNAL=$1: no refusal saying '$2' ($(cat "$tmp/refusal.txt"))"
+    grep -q "^  CMALLOC_PROF_SIGNAL=  " "$tmp/refusal.txt" ||
+        fail "CMALLOC_PROF_SIGNAL=$1, refused: CMALLOC_VERBOSE lists it as in force ($(grep '^  CMALLOC_PROF_SIGNAL' "$tmp/refusal.txt"))"
 }
 expect_refusal SIGKILL 'this signal cannot be caught'
 expect_refusal STOP 'this signal cannot be caught'
 expect_refusal SIGSEGV 'this signal reports faults'
 expect_refusal SIGNOPE 'not a signal name or number'
 expect_refusal SIGRTMIN+99 'not a signal name or number'
+expect_refusal 32 'the system refused a handler for it'
 
 # A dump that cannot be written is reported once, naming the file: each signal-requested one
 # (two here) and the one at exit.
