@@ -79,7 +79,7 @@ static const option_entry options[] = {
     {"CHECK", &cm_option.check, OPTION_BOOL, 0,
      .doc = "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower",
      .min = 0, .max = 1},
-    {"ABORT_ON_ERROR", &cm_option.abort_on_error, OPTION_BOOL, 1,
+    {"ABORT_ON_ERROR", &cm_abort_on_error, OPTION_BOOL, 1,
      .doc = "1: abort after reporting an invalid or double free; 0: leak the pointer and go on",
      .min = 0, .max = 1},
     {"VERBOSE", &cm_option.verbose, OPTION_BOOL, 0,

@@ -93,7 +93,7 @@ static void good_items_apply_with_suffixes(void **state)
     assert_int_equal(cm_option.release_delay_ms, -1);
     assert_int_equal(cm_option.mmap_threshold_max, 4 << 20);
     assert_int_equal(cm_option.stats_at_exit, CM_STATS_JSON);
-    assert_int_equal(cm_option.abort_on_error, 1); /* untouched: default */
+    assert_int_equal(cm_abort_on_error, 1); /* untouched: default */
 }
 
 static void names_and_keywords_ignore_case_empty_items_are_skipped(void **state)
@@ -149,7 +149,7 @@ static void switches_take_0_or_1(void **state)
     assert_non_null(strstr(captured, "'verbose:1k' (want 0 or 1); keeping 0\n"));
     assert_false(cm_option.check);
     assert_false(cm_option.verbose);
-    assert_false(cm_option.abort_on_error);
+    assert_false(cm_abort_on_error);
 }
 
 static void item_without_colon_warns(void **state)
@@ -159,7 +159,7 @@ static void item_without_colon_warns(void **state)
     assert_int_equal(read_options(env), 1);
     assert_string_equal(captured, "cmalloc: CMALLOC_CONF: not name:value 'check=1'; ignored\n");
     assert_int_equal(cm_option.check, 0);
-    assert_int_equal(cm_option.abort_on_error, 0);
+    assert_int_equal(cm_abort_on_error, 0);
 }
 
 static void later_item_wins_and_a_bad_one_keeps_the_value_in_force(void **state)
