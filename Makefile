@@ -61,8 +61,8 @@ LIBFLAGS += $(MIDDLE_FLAGS)
 # Layer order: platform, metadata, back end, middle end, front end, entry points.
 SRCS := src/os.c src/error.c src/options.c src/size_class.c src/metadata.c src/pagemap.c \
         src/page_heap.c src/central_cache.c $(MIDDLE_SRCS) src/thread_cache.c src/alloc.c \
-        src/check.c src/guard.c src/prof.c src/api.c src/background.c src/init.c src/stats.c \
-        src/stats_json.c src/pool.c src/arena.c src/override.c
+        src/check.c src/guard.c src/prof.c src/api.c src/stats.c src/stats_json.c src/stats_exit.c \
+        src/background.c src/init.c src/compound.c src/pool.c src/arena.c src/override.c
 # new_handler.cc: C++ only for what C cannot do (catch a new-handler's exception); the C++
 # runtime symbols it names are made weak so C programs need no libstdc++.
 CXX_SRCS := src/new_handler.cc
@@ -81,8 +81,9 @@ TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -fno-builtin -Iinclude 
 
 all: $(LIB_SO) $(LIB_A)
 
-build/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h src/policy.h include/cmalloc.h \
-               build/middle | build/obj
+# Every object is rebuilt when a header of the library changes.
+LIB_HEADERS := $(wildcard src/*.h) include/cmalloc.h
+build/obj/%.o: src/%.c $(LIB_HEADERS) build/middle | build/obj
 	$(CC) $(CFLAGS) $(WARN) $(LIBFLAGS) -c $< -o $@
 
 # Rewritten only when the choice changes, so that only a switch rebuilds.
@@ -237,11 +238,12 @@ debug-test:
 # The owner middle end (MIDDLE=owner) tested in a copy of the tree under build/owner, as
 # debug-test does, so that the default build here is left alone: every cmocka binary, and of
 # the shell tests those whose answer depends on the middle end (the fast-path budget, the
-# layering, real and user programs under LD_PRELOAD, the stats). The rest (install, packaging,
-# launcher, bench smoke, profiler cost) test nothing the middle end changes; leaving them out
+# layering's order and its circles, real and user programs under LD_PRELOAD, the stats). The
+# rest (install, packaging, launcher, bench smoke, profiler cost) test nothing the middle end
+# changes; leaving them out
 # keeps .ci/run, which runs both, within its time. `make test MIDDLE=owner` runs it all.
-OWNER_TEST_SCRIPTS := tests/test_fastpath_budget.sh tests/test_layers.sh tests/test_programs.sh \
-                      tests/test_user_programs.sh tests/test_stats_json.sh
+OWNER_TEST_SCRIPTS := tests/test_fastpath_budget.sh tests/test_layers.sh tests/test_layering.sh \
+                      tests/test_programs.sh tests/test_user_programs.sh tests/test_stats_json.sh
 owner-test:
 	rm -rf build/owner && mkdir -p build/owner
 	cp -r $(wildcard $(DEBUG_TREE)) build/owner/

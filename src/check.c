@@ -293,7 +293,7 @@ void cm_check_fork(int phase)
 /* At exit, the blocks still in the quarantine are checked once, so that a write to freed memory
  * is reported even when the program ends before the block would have left it. The first one
  * found is reported (and aborts, as any report does); the lock is released before. */
-__attribute__((destructor)) static void check_quarantine_at_exit(void)
+__attribute__((destructor(CM_EXIT_CHECK))) static void check_quarantine_at_exit(void)
 {
     if (!cm_option.check)
         return;

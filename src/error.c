@@ -1,19 +1,22 @@
 /* error.c - how cmalloc says something went wrong: messages built on the stack (never with
  * malloc, which may be what is broken) and written with write(2), the reports of bad pointers
  * and corrupted lists, and the per-process keys that encode free-list links and free marks
- * (internal.h), which are what those reports check against.
+ * (internal.h's list functions), which are what those reports check against. It stands on
+ * os.c alone: its header, error.h, names nothing above (CMALLOC_ABORT_ON_ERROR is a variable of
+ * its own, which options.c's table writes).
  *
  * Below every layer but os.c: central_cache.c and thread_cache.c report a corrupted list, and
  * alloc.c a bad pointer, without calling up into the files that call them. Holds no lock.
  * A report ends with "; aborting" and abort(), or with CMALLOC_ABORT_ON_ERROR=0 with
  * "; leaking it and going on", and the caller leaks the pointer.
  */
-#include "internal.h"
+#include "error.h" /* never internal.h, whose list functions call this file */
 
 #include <errno.h>
 #include <stdlib.h>
 
 uintptr_t cm_list_key, cm_free_key; /* random, set once by cm_init */
+bool cm_abort_on_error;
 
 /* ---- messages: built on the stack, written with write(2) ------------------------------------ */
 void cm_message_str(cm_message *m, const char *s)
@@ -91,11 +94,11 @@ void cm_report_set_details(void (*details)(void))
  * aborts unless CMALLOC_ABORT_ON_ERROR=0 (then the caller leaks the pointer and goes on). */
 void cm_report_finish(cm_message *m)
 {
-    cm_message_str(m, cm_option.abort_on_error ? "; aborting\n" : "; leaking it and going on\n");
+    cm_message_str(m, cm_abort_on_error ? "; aborting\n" : "; leaking it and going on\n");
     cm_message_write(m, 2);
     if (report_details != NULL)
         report_details();
-    if (cm_option.abort_on_error)
+    if (cm_abort_on_error)
         abort();
 }
 

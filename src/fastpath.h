@@ -1,6 +1,7 @@
 /* fastpath.h - the two fast paths, malloc and free on a thread-cache hit, inlined into the
- * entry points (override.c, api.c, pool.c, arena.c) and nowhere else: they call api.c's slow
- * paths, the top of the allocator, which no lower layer may do.
+ * entry points (override.c, compound.c, pool.c, arena.c) and nowhere else: they call api.c's
+ * slow paths, the top of the allocator, which no lower layer may do; api.c does not include
+ * this file, so the fast paths stand on the slow paths and not the other way round.
  */
 #ifndef CM_FASTPATH_H
 #define CM_FASTPATH_H

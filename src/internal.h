@@ -1,6 +1,6 @@
 /* internal.h - cross-file prototypes, grouped by the file that defines them, in layer order.
  * The two fast paths (cm_alloc, cm_free) are in fastpath.h, which only the entry points
- * include: they call api.c, the top of the allocator.
+ * include (api.c, whose slow paths they call, does not).
  *
  * Lock order (outer first); fork handlers take them in this order too, after glibc's stdio
  * list lock (os.c):
@@ -9,97 +9,29 @@
  * check.c's quarantine lock is never held while taking another; fork takes it before the
  * registry.
  * prof.c's and guard.c's locks are taken alone too; fork takes them after the pools' locks.
+ * init.c's fork-hook lock is taken alone (adding a hook), and by fork first (init.c).
  */
 #ifndef CM_INTERNAL_H
 #define CM_INTERNAL_H
 
-#include "types.h"
+/* The two bottom layers have headers of their own, which their files include alone: error.c's
+ * callers include its header through this one, and so do the inline list functions below that
+ * call it, so error.c and os.c must not include this file back. */
+#include "os.h"
+#include "error.h"
 #include <stdbool.h>
 
 /* Everything declared here is internal to the library: hidden, so references are direct
  * (PC-relative) rather than through the GOT. Exported entry points say CM_EXPORT. */
 #pragma GCC visibility push(hidden)
 
-#define CM_LIKELY(x)    __builtin_expect(!!(x), 1)
-#define CM_UNLIKELY(x)  __builtin_expect(!!(x), 0)
-#define CM_NOINLINE     __attribute__((noinline))
-#define CM_COLD         __attribute__((cold, noinline))
-#define CM_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
-#define CM_EXPORT       __attribute__((visibility("default")))
-
-/* Debug builds (-DCM_DEBUG, `make debug-test`): CM_ASSERT checks an invariant and aborts with
- * its text; the slow paths also walk the whole heap (cm_heap_check) every CM_DEBUG_WALK_EVERY
- * calls. Release builds compile both to nothing. Never used on the fast paths. */
-#ifdef CM_DEBUG
-CM_COLD __attribute__((noreturn)) void cm_assert_failed(const char *file, int line,
-                                                        const char *what);
-void cm_debug_walk(void);
-#define CM_ASSERT(condition) \
-    (CM_LIKELY(condition) ? (void)0 : cm_assert_failed(__FILE__, __LINE__, #condition))
-#define CM_DEBUG_WALK() cm_debug_walk()
-#else
-#define CM_ASSERT(condition) ((void)0)
-#define CM_DEBUG_WALK()      ((void)0)
-#endif
-#define CM_DEBUG_WALK_EVERY 50000
-
-enum { CM_FORK_PREPARE, CM_FORK_PARENT, CM_FORK_CHILD };
-
-/* os.c: the only file that talks to the kernel */
-void *cm_os_map(size_t size);
-void *cm_os_map_aligned(size_t size, size_t alignment);
-void cm_os_unmap(void *address, size_t size);
-void cm_os_release(void *address, size_t size);
-void *cm_os_reserve(size_t size);
-bool cm_os_separate(void *address, size_t size);
-bool cm_os_guard_pages(void *address, size_t size);
-bool cm_os_protect(void *address, size_t size, bool accessible);
-bool cm_os_resize(void *address, size_t old_size, size_t new_size);
-bool cm_os_move(void *old_address, size_t old_size, void *new_address, size_t new_size);
-uint64_t cm_os_now_ms(void);
-uintptr_t cm_os_random(void);
-void cm_os_yield(void);
-void cm_os_sleep_ms(uint64_t ms);
-bool cm_os_start_thread(void *(*body)(void *));
-bool cm_os_write(int fd, const char *text, size_t length);
-int cm_os_open(const char *path, bool for_writing);
-int cm_os_open_append(const char *path);
-int cm_os_duplicate(int fd);
-bool cm_os_fd_is_open(int fd);
-uint64_t cm_os_file_id(int fd);
-const char *cm_os_program_name(void);
-size_t cm_os_read(int fd, void *buffer, size_t capacity);
-bool cm_os_close(int fd);
-int cm_os_cancel_off(void);
-void cm_os_cancel_restore(int previous);
-int cm_os_process_id(void);
-int cm_os_thread_id(void);
-bool cm_os_thread_alive(int tid);
-size_t cm_os_mapped_bytes(void);
-bool cm_os_fork(int phase);
-void cm_os_fork_locked(void);
-void cm_lock_acquire(cm_lock *lock);
-void cm_lock_release(cm_lock *lock);
-void cm_lock_reinit(cm_lock *lock);
-bool cm_lock_is_mine(const cm_lock *lock);
-void cm_lock_fork(cm_lock *lock, int phase);
-
-/* error.c: a message built on the stack (never malloc) and written with write(2), the
- * reports, and the keys of free-list links and free marks */
-typedef struct cm_message {
-    char text[512];
-    size_t length;
-} cm_message;
-void cm_message_str(cm_message *m, const char *s);
-void cm_message_uint(cm_message *m, uint64_t value);
-void cm_message_hex(cm_message *m, uint64_t value);
-void cm_message_write(cm_message *m, int fd);
-void cm_message_path(cm_message *m, const char *pattern);
-void cm_report_finish(cm_message *m);
-void cm_report_set_details(void (*details)(void));
-void *cm_out_of_memory(void);
-CM_COLD void cm_report_invalid_pointer(const char *caller, const void *p);
-CM_COLD void cm_report_double_free(const char *caller, const void *p);
+/* The library's work at exit, as destructor priorities: a larger one runs first (and every
+ * prioritized one after the unprioritized destructors of the same program or library), so the
+ * order is the same whatever order the objects were linked in, shared or static. The profile
+ * is written before the stats report, which names its file. */
+#define CM_EXIT_PROFILE 103 /* prof.c: the profile at exit, then the leak report */
+#define CM_EXIT_STATS   102 /* stats.c: the stats report */
+#define CM_EXIT_CHECK   101 /* check.c: the last check of the quarantine */
 
 /* options.c */
 typedef struct cm_option_values {
@@ -111,7 +43,6 @@ typedef struct cm_option_values {
     bool background_release;   /* a helper thread releases idle spans with no allocator call */
     size_t stats_at_exit;      /* at exit: 0 nothing, 1 the stats report, CM_STATS_JSON JSON */
     const char *stats_file;    /* where that report goes (%p, %e expanded), or NULL: stderr */
-    bool abort_on_error;       /* abort after reporting a bad free (else leak it, go on) */
     bool check;                /* debug mode: canaries, fill patterns, quarantine (check.c) */
     bool verbose;              /* print the options in force at start */
     bool prof;                 /* sampling heap profiler on (prof.c) */
@@ -126,6 +57,7 @@ typedef struct cm_option_values {
 #define CM_STATS_JSON 2 /* CMALLOC_STATS=json */
 extern cm_option_values cm_option;
 void cm_options_init(char **environment);
+void cm_options_announce(void);
 void cm_options_print(int fd);
 /* Option number index (0, 1, ... until false): its upper-case name, value, and keyword when
  * the value is the option's keyword value (else NULL); a text option's text is its keyword. */
@@ -362,29 +294,36 @@ void cm_prof_fork(int phase);
 void *cm_alloc_slow(size_t size);
 void cm_free_slow(void *p, const char *caller);
 void cm_free_list_full(void *p);
-void *cm_alloc_aligned(size_t alignment, size_t size);
-void *cm_calloc(size_t count, size_t size);
-void *cm_realloc(void *p, size_t size);
 size_t cm_usable_size(const void *p);
+
+/* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
+bool cm_heap_check(void);
+
+/* stats_exit.c: the report at exit */
+void cm_stats_exit_init(void);
+
+/* background.c */
+void cm_background_start(void);
 
 /* init.c */
 extern int cm_initialized;
 void cm_init(void);
+/* A fork handler of a file above init.c (pool.c), which init.c cannot call by name. */
+typedef void (*cm_fork_hook)(int phase);
+void cm_fork_hook_add(cm_fork_hook hook);
 static inline bool cm_is_initialized(void) /* acquire: options and tables are visible after */
 {
     return __atomic_load_n(&cm_initialized, __ATOMIC_ACQUIRE);
 }
 
-/* background.c */
-void cm_background_start(void);
-
-/* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
-bool cm_heap_check(void);
+/* compound.c: the calls made of others, on the fast paths */
+void *cm_alloc_aligned(size_t alignment, size_t size);
+void *cm_calloc(size_t count, size_t size);
+void *cm_realloc(void *p, size_t size);
 
 /* pool.c and arena.c: also the public cmalloc_pool_* and cmalloc_arena_* (see cmalloc.h) */
 struct cmalloc_pool;
 bool cm_pool_valid(const struct cmalloc_pool *pool);
-void cm_pool_fork(int phase);
 
 /* ---- free-list links and free marks --------------------------------------------------------
  * A free object's first word links it to the next one, stored as
@@ -396,8 +335,8 @@ void cm_pool_fork(int phase);
  * by cm_object_hand_out wherever an object goes to the program. So every small object that is
  * free, wherever it sits (a thread cache, a transfer batch, a span's list), carries the mark,
  * and free finds a double free with one compare; program data matches it only by guessing a
- * 64-bit secret. Every list of objects uses these functions and nothing else. */
-extern uintptr_t cm_list_key, cm_free_key;
+ * 64-bit secret. Every list of objects uses these functions and nothing else. The keys and the
+ * report of a corrupted list are error.c's (error.h). */
 static inline uintptr_t cm_free_mark(const void *object)
 {
     return (uintptr_t)object ^ cm_free_key;
@@ -432,7 +371,6 @@ static inline void *cm_link_next(const void *object)
     __asm__("" : "+r"(slot_key));
     return (void *)(*(const uintptr_t *)object ^ slot_key);
 }
-CM_COLD __attribute__((noreturn)) void cm_report_corrupt_list(const void *object);
 static inline void *cm_link_next_checked(const void *object)
 {
     void *next = cm_link_next(object);

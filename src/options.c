@@ -14,8 +14,9 @@
  *   cmalloc: <source>: bad value in '<item as written>' (want <what the option takes>); keeping <value>
  * and the option keeps the value it had (its default unless set before): never a crash, never
  * silence, never a refused value in force. CMALLOC_VERBOSE=1 prints the options in force once
- * they are read. The README's option table is written from this table
- * (tests/test_readme_options.sh keeps the two alike; tests/test_options.c walks every range).
+ * every layer has started (cm_options_announce), so that a value a layer refused is not listed.
+ * The README's option table is written from this table (tests/test_readme_options.sh keeps the
+ * two alike; tests/test_options.c walks every range).
  */
 #include "internal.h"
 #include "cmalloc.h"
@@ -78,7 +79,7 @@ static const option_entry options[] = {
     {"CHECK", &cm_option.check, OPTION_BOOL, 0,
      .doc = "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower",
      .min = 0, .max = 1},
-    {"ABORT_ON_ERROR", &cm_option.abort_on_error, OPTION_BOOL, 1,
+    {"ABORT_ON_ERROR", &cm_abort_on_error, OPTION_BOOL, 1,
      .doc = "1: abort after reporting an invalid or double free; 0: leak the pointer and go on",
      .min = 0, .max = 1},
     {"VERBOSE", &cm_option.verbose, OPTION_BOOL, 0,
@@ -458,12 +459,19 @@ void cm_options_init(char **environment)
         assign("environment", *entry, strlen(*entry), *entry + 8, equals);
     }
     check_bounds();
-    if (cm_option.verbose) {
-        cm_message m = {.length = 0};
-        cm_message_str(&m, "cmalloc " CMALLOC_VERSION ": options in force\n");
-        cm_message_write(&m, 2);
-        cm_options_print(2);
-    }
+}
+
+/* Printed by cm_init once every layer has started, not as soon as the options are read: a layer
+ * may still refuse a value only it can judge (prof.c, a CMALLOC_PROF_SIGNAL it cannot catch),
+ * and the list shows what is in force after that. */
+void cm_options_announce(void)
+{
+    if (!cm_option.verbose)
+        return;
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc " CMALLOC_VERSION ": options in force\n");
+    cm_message_write(&m, 2);
+    cm_options_print(2);
 }
 
 bool cm_option_at(unsigned index, const char **name, int64_t *value, const char **keyword)

@@ -10,7 +10,7 @@
  * and the rest never touch it).
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "os.h" /* alone: error.c stands on this file */
 
 #include <errno.h>
 #include <fcntl.h>

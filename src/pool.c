@@ -56,7 +56,8 @@
  * that newer pool, whose checks refuse objects that are not its own).
  * Lock order: pools_lock (the list of THREAD_SAFE pools), then a pool's lock, then the page
  * heap's (chunk allocation). fork takes them all, in that order, before the allocator's
- * locks (init.c): a child may use a THREAD_SAFE pool another thread was allocating from.
+ * locks (pool_fork, the fork hook every create adds: init.c's cm_fork_hook_add): a child may
+ * use a THREAD_SAFE pool another thread was allocating from.
  *
  * Invariants (cm_pool_valid checks them, with the pool quiescent):
  *   capacity == in_use + free bits set, over all chunks
@@ -155,7 +156,7 @@ static void shared_pools_remove(cmalloc_pool *pool)
 }
 
 /* The fork protocol for the THREAD_SAFE pools' locks (see os.c's cm_lock_fork). */
-void cm_pool_fork(int phase)
+static void pool_fork(int phase)
 {
     if (phase == CM_FORK_PREPARE)
         cm_lock_fork(&pools_lock, phase);
@@ -324,6 +325,7 @@ CM_EXPORT cmalloc_pool *cmalloc_pool_create(size_t object_size, size_t capacity,
         return fail(ENOMEM);
     if (CM_UNLIKELY(!cm_is_initialized()))
         cm_init();
+    cm_fork_hook_add(pool_fork); /* before the first use of pools_lock */
     cm_lock_acquire(&pools_lock);
     cmalloc_pool *pool = retired_pools;
     if (pool != NULL)

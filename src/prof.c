@@ -976,8 +976,11 @@ CM_EXPORT int cmalloc_prof_dump(const char *path)
  * A process that starts after the claimer has exited claims the name again (and empties it).
  * Plain system calls on a descriptor of its own: nothing allocates. */
 #define CLAIM_BYTE ((off_t)1 << 40)
-static int claim_fd = -1;                  /* the claimed file, or -1 */
-static cm_message profile_written;         /* the file the exit's profile went to, for the leak report */
+static int claim_fd = -1; /* the claimed file, or -1 */
+/* The file the exit's profile went to (empty until then), or that it could not be written, for
+ * the leak report and the stats report, which run after it (CM_EXIT_PROFILE). */
+static cm_message exit_profile;
+static bool exit_profile_failed;
 
 /* The template with %p and %e replaced; false when it does not fit. *per_process: %p was used. */
 static bool expand_dump_path(cm_message *name, const char *template, bool *per_process)
@@ -1089,48 +1092,44 @@ static bool dump_or_say(const char *path)
     return false;
 }
 
-/* The profile at exit, to CMALLOC_PROF_DUMP's file for this process (above). */
-static void dump_at_exit(void)
+/* The profile at exit, to CMALLOC_PROF_DUMP's file for this process (above); true when written. */
+static bool write_exit_profile(cm_message *name)
 {
-    cm_message name;
     bool per_process;
-    if (!expand_dump_path(&name, cm_option.prof_dump, &per_process)) {
+    if (!expand_dump_path(name, cm_option.prof_dump, &per_process)) {
         errno = ENAMETOOLONG;
         say_dump_failed(cm_option.prof_dump);
-        return;
+        return false;
     }
-    int fd = per_process ? -1 : open(name.text, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) { /* %p, or the name cannot be opened (the failure is said) */
-        if (dump_or_say(name.text))
-            profile_written = name;
-        return;
-    }
+    int fd = per_process ? -1 : open(name->text, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) /* %p, or the name cannot be opened (the failure is said) */
+        return dump_or_say(name->text);
     lock_byte(fd, CLAIM_BYTE + 1, true);
     if (!file_holds_samples(fd)) {
         bool written = ftruncate(fd, 0) == 0 && write_profile(fd) == 0;
         if (close(fd) != 0 || !written) { /* closing drops this process's locks on it */
             errno = EIO;
-            say_dump_failed(name.text);
-        } else {
-            profile_written = name;
+            say_dump_failed(name->text);
+            return false;
         }
-        return;
+        return true;
     }
-    cm_message own = name;
-    cm_message_str(&own, ".");
-    cm_message_uint(&own, (uint64_t)cm_os_process_id());
-    own.text[own.length] = '\0';
-    if (dump_or_say(own.text)) {
-        profile_written = own;
+    cm_message taken = *name;
+    cm_message_str(name, ".");
+    cm_message_uint(name, (uint64_t)cm_os_process_id());
+    name->text[name->length] = '\0';
+    bool written = dump_or_say(name->text);
+    if (written) {
         cm_message m = {.length = 0};
         cm_message_str(&m, "cmalloc: heap profile written to ");
-        cm_message_str(&m, own.text);
+        cm_message_str(&m, name->text);
         cm_message_str(&m, " (");
-        cm_message_str(&m, name.text);
+        cm_message_str(&m, taken.text);
         cm_message_str(&m, " holds another process's profile)\n");
         cm_message_write(&m, 2);
     }
     close(fd);
+    return written;
 }
 
 static void on_dump_signal(int signal_number)
@@ -1235,6 +1234,7 @@ static void install_dump_signal(void)
         cm_message_str(&m, why);
         cm_message_str(&m, ")\n");
         cm_message_write(&m, 2);
+        cm_option.prof_signal = NULL; /* not in force: CMALLOC_VERBOSE and the stats list none */
     }
 }
 
@@ -1282,9 +1282,9 @@ static void report_leaks(int fd)
     cm_message_str(&m, " samples, one per ");
     cm_message_uint(&m, cm_option.prof_rate);
     cm_message_str(&m, " bytes on average)\n");
-    if (profile_written.length != 0) {
+    if (exit_profile.length != 0) {
         cm_message_str(&m, "  the heap profile at exit was written to ");
-        cm_message_str(&m, profile_written.text);
+        cm_message_str(&m, exit_profile.text);
         cm_message_str(&m, "\n");
     }
     cm_message_write(&m, fd);
@@ -1341,6 +1341,13 @@ void cm_prof_stats_print(int fd)
         cm_message_str(&m, " freed sample pages kept, unwound by ");
         cm_message_str(&m, fast_backtrace ? "libunwind\n" : "libgcc\n");
         cm_lock_release(&prof_lock);
+        if (exit_profile.length != 0) {
+            cm_message_str(&m, "  heap profile:      written at exit to ");
+            cm_message_str(&m, exit_profile.text);
+            cm_message_str(&m, "\n");
+        } else if (exit_profile_failed) {
+            cm_message_str(&m, "  heap profile:      not written at exit (stderr says why)\n");
+        }
         cm_message_write(&m, fd);
     }
     if (guard_on) {
@@ -1525,13 +1532,16 @@ void cm_prof_fork(int phase)
     cm_guard_fork(phase);
 }
 
-__attribute__((destructor)) static void prof_at_exit(void)
+__attribute__((destructor(CM_EXIT_PROFILE))) static void prof_at_exit(void)
 {
     if (!prof_on)
         return;
     thread_sampler.busy++;
-    if (cm_option.prof_dump)
-        dump_at_exit();
+    cm_message name;
+    if (cm_option.prof_dump && write_exit_profile(&name))
+        exit_profile = name;
+    else
+        exit_profile_failed = cm_option.prof_dump != NULL;
     if (claim_fd >= 0)
         close(claim_fd); /* the claim ends with the profile written */
     if (cm_option.prof_leaks)

@@ -28,7 +28,7 @@ FUZZ_OBJS    := $(patsubst src/%.c,build/fuzz/obj/%.o,$(SRCS))
 build/fuzz/obj build/fuzz/corpus:
 	mkdir -p $@
 
-build/fuzz/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h src/policy.h include/cmalloc.h | build/fuzz/obj
+build/fuzz/obj/%.o: src/%.c $(LIB_HEADERS) | build/fuzz/obj
 	$(FUZZ_CC) -O1 -g $(LIBFLAGS) -DCM_PREFIX=cmfuzz_ -fsanitize=fuzzer-no-link $(FUZZ_SAN) -c $< -o $@
 
 build/fuzz/fuzz_entry_points: tests/fuzz_entry_points.c $(FUZZ_OBJS)
@@ -79,13 +79,13 @@ SAN_ENV  := UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 $(UBSAN_OPTIONS)" 
 build/tsan/obj build/ubsan/obj build/ubsan/tests build/asan/orderbook-obj build/asan/tests:
 	mkdir -p $@
 
-build/tsan/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h src/policy.h include/cmalloc.h | build/tsan/obj
+build/tsan/obj/%.o: src/%.c $(LIB_HEADERS) | build/tsan/obj
 	$(SAN_CC) -O1 -g $(LIBFLAGS) -DCM_PREFIX=cmtsan_ -fsanitize=thread -c $< -o $@
 
 build/tsan/stress_tsan: tests/stress_tsan.c $(TSAN_OBJS)
 	$(SAN_CC) -O1 -g -std=gnu11 -Wall -Wextra -pthread -Iinclude -fsanitize=thread $< $(TSAN_OBJS) -o $@
 
-build/ubsan/obj/%.o: src/%.c src/internal.h src/fastpath.h src/types.h src/policy.h include/cmalloc.h | build/ubsan/obj
+build/ubsan/obj/%.o: src/%.c $(LIB_HEADERS) | build/ubsan/obj
 	$(CC) -O1 -g $(WARN) $(LIBFLAGS) $(UBSAN_FLAGS) -c $< -o $@
 
 build/ubsan/libcmalloc.a: $(UBSAN_OBJS)

@@ -1,20 +1,27 @@
 #!/bin/sh
 # test_fastpath_budget.sh - guards the fast path mechanically: callgrind counts the
 # instructions of a malloc+free pair that hits the thread cache (tests/data/fastpath_pair.c,
-# loop and PLT jumps included) and the test fails when a size exceeds its recorded budget.
+# loop and PLT jumps included) and the test fails when a size exceeds its recorded budget; so
+# does an arena's common rewind (tests/data/arena_rewind.c: a mark, an inline allocation and a
+# rewind that frees it, loop included; 42 before arena marks had epochs, 111 at 556516b).
 # Instruction counts do not depend on machine load, so the budget can be tight. Raise it only
 # with a reason in the commit message. valgrind comes from scripts/deps.sh.
 set -eu
 BUDGET=${FASTPATH_BUDGET:-73}               # sizes up to 1 KiB
 BUDGET_MEDIUM=${FASTPATH_BUDGET_MEDIUM:-76} # above: one more size test
+BUDGET_ARENA=${FASTPATH_BUDGET_ARENA:-55}   # mark, allocation, rewind
 N=20000
 command -v valgrind >/dev/null || { echo "test_fastpath_budget: valgrind is missing (run scripts/deps.sh)"; exit 1; }
 mkdir -p build/tests
 cc -O2 -fno-builtin tests/data/fastpath_pair.c -o build/tests/fastpath_pair
+cc -O2 -fno-builtin -Iinclude tests/data/arena_rewind.c -o build/tests/arena_rewind \
+    build/libcmalloc.a -pthread
 lib="$PWD/build/libcmalloc.so"
-count() { # instructions of the whole run
-    LD_PRELOAD="$lib" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-        build/tests/fastpath_pair "$1" "$2" 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,
+instructions() { # of the whole run of a command
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,
+}
+count() { # instructions of the whole run of fastpath_pair, n pairs of a size
+    LD_PRELOAD="$lib" instructions build/tests/fastpath_pair "$1" "$2"
 }
 status=0
 for size in 16 64 1000 20000; do
@@ -27,4 +34,8 @@ for size in 16 64 1000 20000; do
     [ "$per_pair" -le "$budget" ] || { verdict="OVER BUDGET ($budget)"; status=1; }
     echo "malloc($size)+free: $per_pair instructions per pair: $verdict"
 done
+per_rewind=$(( ($(instructions build/tests/arena_rewind "$N") - $(instructions build/tests/arena_rewind 0)) / N ))
+verdict=ok
+[ "$per_rewind" -le "$BUDGET_ARENA" ] || { verdict="OVER BUDGET ($BUDGET_ARENA)"; status=1; }
+echo "arena mark+alloc+rewind: $per_rewind instructions: $verdict"
 exit $status

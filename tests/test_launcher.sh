@@ -75,7 +75,7 @@ maps "$tmp/alone/cmalloc" build/libcmalloc.so --lib build/libcmalloc.so
 scripts/cmalloc --help > "$tmp/help" 2> "$tmp/err"
 [ $? -eq 0 ] || fail "--help: exit status not 0"
 grep -q "^usage: cmalloc" "$tmp/help" || fail "--help: no usage on stdout"
-for name in $(sed -n 's/^ *{"\([A-Z_]*\)", &cm_option\..*/\1/p' src/options.c); do
+for name in $(sed -n 's/^ *{"\([A-Z_]*\)", &cm_.*/\1/p' src/options.c); do
     grep -q "^  CMALLOC_$name=" "$tmp/help" || fail "--help does not list CMALLOC_$name"
 done
 grep -q "^  CMALLOC_VERBOSE=0 " "$tmp/help" || fail "--help: VERBOSE not shown at its default"

@@ -11,7 +11,8 @@
  * unknown name or bad value gives exactly one line naming it while the option keeps its value.
  * Every option's range is walked (every_option_refuses_values_outside_its_range: the ends of
  * the range apply, values past them get the one warning), and MMAP_THRESHOLD stays at most
- * MMAP_THRESHOLD_MAX whatever the order they are given in.
+ * MMAP_THRESHOLD_MAX whatever the order they are given in. CMALLOC_VERBOSE lists the values in
+ * force, after a layer's refusal too (a CMALLOC_PROF_SIGNAL the profiler cannot catch).
  * Each case ends by reading an empty environment, which puts every default back for the rest
  * of the process.
  */
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -28,16 +30,30 @@
 
 static char captured[8192];
 
-/* Reads env (NULL-terminated) as the environment; returns the number of lines written to
- * stderr, whose text is left in captured. */
-static int read_options(char **env)
+/* Reads env (NULL-terminated) as the environment as cm_init does: the options, then (with
+ * start_profiler) prof.c's start, which may refuse a value, then CMALLOC_VERBOSE's list. Returns
+ * the number of lines written to stderr, whose text is left in captured. The profiler starts in
+ * a child process, so that this one's allocations are never sampled. */
+static int read_options_as_init(char **env, bool start_profiler)
 {
     FILE *file = tmpfile();
     assert_non_null(file);
     int saved = dup(2);
     assert_true(saved >= 0);
     assert_true(dup2(fileno(file), 2) >= 0);
-    cm_options_init(env);
+    pid_t child = start_profiler ? fork() : 0;
+    if (child == 0) {
+        cm_options_init(env);
+        if (start_profiler)
+            cm_prof_init();
+        cm_options_announce();
+        if (start_profiler)
+            _exit(0);
+    }
+    int status = 0;
+    if (start_profiler)
+        assert_int_equal(waitpid(child, &status, 0), child);
+    assert_int_equal(status, 0);
     assert_true(dup2(saved, 2) >= 0);
     close(saved);
     rewind(file);
@@ -48,6 +64,11 @@ static int read_options(char **env)
     for (size_t i = 0; i < n; i++)
         lines += captured[i] == '\n';
     return lines;
+}
+
+static int read_options(char **env)
+{
+    return read_options_as_init(env, false);
 }
 
 static int restore_defaults(void **state)
@@ -72,7 +93,7 @@ static void good_items_apply_with_suffixes(void **state)
     assert_int_equal(cm_option.release_delay_ms, -1);
     assert_int_equal(cm_option.mmap_threshold_max, 4 << 20);
     assert_int_equal(cm_option.stats_at_exit, CM_STATS_JSON);
-    assert_int_equal(cm_option.abort_on_error, 1); /* untouched: default */
+    assert_int_equal(cm_abort_on_error, 1); /* untouched: default */
 }
 
 static void names_and_keywords_ignore_case_empty_items_are_skipped(void **state)
@@ -128,7 +149,7 @@ static void switches_take_0_or_1(void **state)
     assert_non_null(strstr(captured, "'verbose:1k' (want 0 or 1); keeping 0\n"));
     assert_false(cm_option.check);
     assert_false(cm_option.verbose);
-    assert_false(cm_option.abort_on_error);
+    assert_false(cm_abort_on_error);
 }
 
 static void item_without_colon_warns(void **state)
@@ -138,7 +159,7 @@ static void item_without_colon_warns(void **state)
     assert_int_equal(read_options(env), 1);
     assert_string_equal(captured, "cmalloc: CMALLOC_CONF: not name:value 'check=1'; ignored\n");
     assert_int_equal(cm_option.check, 0);
-    assert_int_equal(cm_option.abort_on_error, 0);
+    assert_int_equal(cm_abort_on_error, 0);
 }
 
 static void later_item_wins_and_a_bad_one_keeps_the_value_in_force(void **state)
@@ -201,6 +222,15 @@ static void verbose_prints_every_option_in_force(void **state)
     assert_int_equal(read_options(refused), 2 + 1 + count);
     assert_non_null(strstr(captured, "  CMALLOC_STATS=0  "));
     assert_non_null(strstr(captured, "  CMALLOC_GUARD_SLOTS=256  "));
+    /* Nor is a signal the profiler refuses (after the options were read): the list comes after. */
+    char *signal[] = {"CMALLOC_CONF=verbose:1", "CMALLOC_PROF_SIGNAL=SIGKILL", NULL};
+    assert_int_equal(read_options_as_init(signal, true), 1 + 1 + count);
+    assert_non_null(strstr(captured, "ignoring CMALLOC_PROF_SIGNAL=SIGKILL (this signal cannot"));
+    assert_non_null(strstr(captured, "  CMALLOC_PROF_SIGNAL=  "));
+    assert_null(strstr(captured, "  CMALLOC_PROF_SIGNAL=SIGKILL  "));
+    char *kept[] = {"CMALLOC_CONF=verbose:1", "CMALLOC_PROF_SIGNAL=SIGUSR2", NULL};
+    assert_int_equal(read_options_as_init(kept, true), 1 + count);
+    assert_non_null(strstr(captured, "  CMALLOC_PROF_SIGNAL=SIGUSR2  "));
 }
 
 /* cm_option_at (what the JSON stats list) walks the same table with the values in force. */

@@ -9,10 +9,12 @@
 #     as it does without cmalloc;
 #   - a static program works with the profiler and the guard on (allocations, a profile with
 #     samples, a guarded overflow reported and fatal);
-#   - CMALLOC_PROF_SIGNAL by any catchable signal's name, refusals worded as they are; a dump
-#     that fails is reported once naming its file; CMALLOC_PROF_DUMP= (empty) gets one warning;
+#   - CMALLOC_PROF_SIGNAL by any catchable signal's name, refusals worded as they are (and the
+#     refused signal not listed as in force by CMALLOC_VERBOSE); a dump that fails is reported
+#     once naming its file; CMALLOC_PROF_DUMP= (empty) gets one warning;
 #   - the profile at exit survives wrappers (timeout, sh -c) and several children of one parent
-#     (google-pprof names the program's function from the file), %p and %e name files;
+#     (google-pprof names the program's function from the file), %p and %e name files; the
+#     stats report at exit names the file that holds its process's profile;
 #   - leak and guard reports name the functions of a program built without -rdynamic, dynamic
 #     and static, as "function+0xoff (object+0xvaddr)"; a guard report starts with the stack of
 #     the faulting access, then the allocation's, then the free's; scripts/cmalloc-symbolize
@@ -90,16 +92,19 @@ for sig in SIGINT TERM SIGQUIT SIGALRM SIGRTMIN SIGRTMIN+3 SIGRTMAX-1 SIGPWR; do
     [ "$status" -eq 0 ] && [ ! -s "$tmp/sig-out.txt" ] && ls "$tmp"/sig.*.1.heap >/dev/null 2>&1 ||
         fail "CMALLOC_PROF_SIGNAL=$sig: status $status, $(ls "$tmp" | grep -c '^sig\..*heap') dumps ($(cat "$tmp/sig-out.txt"))"
 done
-expect_refusal() { # value, words the warning must hold
-    CMALLOC_PROF_SIGNAL=$1 run "$prog" nothing 2>"$tmp/refusal.txt"
+expect_refusal() { # value, words the warning must hold; CMALLOC_VERBOSE lists no signal
+    CMALLOC_VERBOSE=1 CMALLOC_PROF_SIGNAL=$1 run "$prog" nothing 2>"$tmp/refusal.txt"
     grep -q "ignoring CMALLOC_PROF_SIGNAL=$1 ($2" "$tmp/refusal.txt" ||
         fail "CMALLOC_PROF_SIGNAL=$1: no refusal saying '$2' ($(cat "$tmp/refusal.txt"))"
+    grep -q "^  CMALLOC_PROF_SIGNAL=  " "$tmp/refusal.txt" ||
+        fail "CMALLOC_PROF_SIGNAL=$1, refused: CMALLOC_VERBOSE lists it as in force ($(grep '^  CMALLOC_PROF_SIGNAL' "$tmp/refusal.txt"))"
 }
 expect_refusal SIGKILL 'this signal cannot be caught'
 expect_refusal STOP 'this signal cannot be caught'
 expect_refusal SIGSEGV 'this signal reports faults'
 expect_refusal SIGNOPE 'not a signal name or number'
 expect_refusal SIGRTMIN+99 'not a signal name or number'
+expect_refusal 32 'the system refused a handler for it'
 
 # A dump that cannot be written is reported once, naming the file: each signal-requested one
 # (two here) and the one at exit.
@@ -138,6 +143,26 @@ for wrapper in "timeout 60" "sh -c" "children"; do
         [ "$named" -eq 4 ] || fail "3 children and their parent: $named profiles name the function, not 4 ($(ls "$tmp"))"
     fi
 done
+# The stats report at exit names the file its process's profile went to (the profile is
+# written first): under timeout and sh -c, the program's first run takes the name, its second
+# gets <name>.<pid>, timeout's exit comes last; each report names its own file, and google-pprof
+# names the program's function from each of the program's two.
+rm -f "$tmp"/s.heap*
+CMALLOC_PROF=1 CMALLOC_PROF_DUMP="$tmp/s.heap" CMALLOC_STATS=1 CMALLOC_PROF_RATE=4K \
+    run timeout 60 sh -c "\"$prog\" work 2000; \"$prog\" work 2000; true" 2>"$tmp/stats-named.txt"
+awk '/^cmalloc stats .*: pid [0-9]*, program / { pid = $6; sub(",", "", pid); program = $8 }
+    /^  heap profile: *written at exit to / { print program, pid, $NF }' "$tmp/stats-named.txt" \
+    >"$tmp/named.txt"
+[ "$(grep -c '^prof_reports ' "$tmp/named.txt")" -eq 2 ] && [ "$(grep -c "^prof_reports [0-9]* $tmp/s.heap\$" "$tmp/named.txt")" -eq 1 ] &&
+    [ "$(grep -c '^timeout ' "$tmp/named.txt")" -eq 1 ] ||
+    fail "the stats reports do not name the program's two profiles and timeout's: $(cat "$tmp/named.txt")"
+while read -r program pid file; do
+    [ "$file" = "$tmp/s.heap" ] || [ "$file" = "$tmp/s.heap.$pid" ] ||
+        fail "$program (pid $pid): its stats report names $file, not s.heap or s.heap.$pid"
+    [ "$program" = timeout ] && { [ -s "$file" ] || fail "timeout: $file, named by its report, is empty"; }
+    [ "$program" = prof_reports ] && { names_work "$file" ||
+        fail "$file, named by the program's stats report, does not name its function ($(head -1 "$file" 2>&1))"; }
+done <"$tmp/named.txt"
 # A second run replaces the first run's profile (the first process to start empties it).
 CMALLOC_PROF_DUMP="$tmp/w.heap" CMALLOC_PROF_RATE=4K run "$prog" nothing 2>"$tmp/rerun.txt"
 [ ! -s "$tmp/rerun.txt" ] && ! names_work "$tmp/w.heap" ||

@@ -89,7 +89,7 @@ def load(name):
     return json.loads(text)
 
 version = re.search(r'#define CMALLOC_VERSION "([^"]+)"', open(header).read()).group(1)
-option_names = sorted(n.lower() for n in re.findall(r'^ *\{"([A-Z_]+)", &cm_option\.', open(options_c).read(), re.M))
+option_names = sorted(n.lower() for n in re.findall(r'^ *\{"([A-Z_]+)", &cm_', open(options_c).read(), re.M))
 snaps = {n: load(n) for n in ("before", "during", "during_again", "after")}
 
 for name, s in snaps.items():

@@ -1,0 +1,71 @@
+/* compound.c - the calls made of others: calloc, realloc and the aligned forms, built on the
+ * fast paths (fastpath.h) and on the modes' own calls (api.c decides which mode takes a
+ * block; check.c's and prof.c's realloc hooks). Called by the entry points (override.c).
+ * Holds no lock and no state.
+ */
+#include "fastpath.h"
+
+#include <string.h>
+
+/* alignment: a power of two. Aligned blocks above CM_ALIGNMENT are served unchecked and
+ * unsampled (check.c's header would break their alignment). */
+void *cm_alloc_aligned(size_t alignment, size_t size)
+{
+    if (alignment <= CM_ALIGNMENT)
+        return cm_alloc(size);
+    if (CM_UNLIKELY(!cm_is_initialized()))
+        cm_init();
+    return cm_alloc_aligned_unchecked(alignment, size);
+}
+
+void *cm_calloc(size_t count, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total))
+        return cm_out_of_memory();
+    void *p = cm_alloc(total);
+    /* A fresh mapping is already zero (unless the debug mode filled it). */
+    if (p != NULL && (cm_option.check || !cm_alloc_is_zeroed(p, total)))
+        memset(p, 0, total);
+    return p;
+}
+
+/* realloc's move to q, the new block (NULL: out of memory, p kept): the contents, and the old
+ * block freed by release. */
+static void *move_block(void *q, void *p, size_t old, size_t size,
+                        void (*release)(void *, const char *))
+{
+    if (q != NULL) {
+        memcpy(q, p, size < old ? size : old);
+        release(p, "realloc");
+    }
+    return q;
+}
+
+/* realloc(p, 0) frees p and returns NULL, as glibc does. A sampled or guarded block moves
+ * through the sampler, and in the debug mode every block that does not shrink moves (so stale
+ * pointers hit the quarantine): their old blocks are freed through cm_free_slow, where those
+ * modes see them; an ordinary block's straight through alloc.c, which gives a block moved to a
+ * large size whole pages, to grow in place next time (while sampling, which charges every
+ * allocation, it comes from cm_alloc). */
+void *cm_realloc(void *p, size_t size)
+{
+    if (p == NULL)
+        return cm_alloc(size);
+    if (size == 0) {
+        cm_free(p);
+        return NULL;
+    }
+    size_t old;
+    if (CM_UNLIKELY(cm_sampling) && cm_sample_realloc_moves(p, &old))
+        return move_block(cm_alloc(size), p, old, size, cm_free_slow);
+    if (CM_UNLIKELY(cm_option.check))
+        return cm_check_shrink(p, size)
+                   ? p
+                   : move_block(cm_alloc(size), p, cm_usable_size(p), size, cm_free_slow);
+    void *resized = cm_realloc_in_place(p, size, &old);
+    if (resized != NULL || old == 0)
+        return resized;
+    void *q = CM_UNLIKELY(cm_sampling) ? cm_alloc(size) : cm_alloc_for_realloc(size);
+    return move_block(q, p, old, size, cm_free_unchecked);
+}
