@@ -319,6 +319,44 @@ static void a_child_may_free_again_what_another_thread_sent_home(void **state)
         fail_msg("a child's free of blocks another thread freed before the fork: %s\n%s",
                  describe_status(result.status, how, sizeof how), result.output);
 }
+/* The other way round: a thread allocates blocks and stays while the main thread frees them,
+ * which posts them to that thread's mailbox. A child forked then frees every one again: the
+ * thread did not survive the fork, so they wait in its left-behind mailbox, and each free there
+ * is the block's first in the child. */
+static _Atomic int allocated, parent_done;
+
+static void *allocate_and_stay(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < HANDED; i++)
+        handed[i] = malloc(SIZE);
+    atomic_store(&allocated, 1);
+    while (!atomic_load(&parent_done))
+        cm_os_yield();
+    return NULL;
+}
+
+static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **state)
+{
+    (void)state;
+    atomic_store(&allocated, 0);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, allocate_and_stay, NULL), 0);
+    while (!atomic_load(&allocated))
+        cm_os_yield();
+    for (int i = 0; i < HANDED; i++)
+        free(handed[i]);
+    cm_thread_cache_flush_current(); /* every one posted, none left on this thread's list */
+    static child_result result;
+    child_spec spec = {.body = free_handed_again};
+    run_child(&spec, &result);
+    atomic_store(&parent_done, 1);
+    pthread_join(thread, NULL);
+    char how[96];
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("a child's free of blocks waiting in a left-behind mailbox: %s\n%s",
+                 describe_status(result.status, how, sizeof how), result.output);
+}
 #endif
 
 int main(void)
@@ -334,6 +372,7 @@ int main(void)
         cmocka_unit_test(a_child_may_free_again_what_another_thread_sent_home),
         cmocka_unit_test(a_mailbox_holds_no_more_than_a_list),
         cmocka_unit_test(an_idle_class_mailbox_is_given_back),
+        cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
