@@ -84,7 +84,7 @@ struct ob_book {
     ob_map map;         /* resting orders by id */
     ob_idset used;      /* ids of accepted A and M messages */
     ob_trades *trades;
-    ob_allocator allocator; /* alloc == NULL: malloc/free */
+    ob_allocator allocator; /* pool == NULL: malloc/free */
     size_t resting;
 };
 
@@ -146,7 +146,7 @@ const char *ob_result_name(int result)
 
 static inline ob_order *order_alloc(ob_book *b)
 {
-    void *p = b->allocator.alloc ? b->allocator.alloc(b->allocator.ctx) : malloc(sizeof(ob_order));
+    ob_order *p = ob_order_alloc(&b->allocator);
     if (__builtin_expect(p == NULL, 0))
         out_of_memory();
     return p;
@@ -154,10 +154,7 @@ static inline ob_order *order_alloc(ob_book *b)
 
 static inline void order_free(ob_book *b, ob_order *o)
 {
-    if (b->allocator.alloc)
-        b->allocator.release(b->allocator.ctx, o);
-    else
-        free(o);
+    ob_order_free(&b->allocator, o);
 }
 
 /* ---- id map -------------------------------------------------------------------------- */

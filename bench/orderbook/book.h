@@ -15,6 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "cmalloc.h"
 
 /* Prices are integer ticks in [1, OB_PRICE_MAX]; a price above it is rejected like one <= 0
  * (the ladders are tick-indexed, so the bound keeps their directory small in the worst case). */
@@ -116,13 +119,29 @@ typedef struct ob_order {
     uint8_t side; /* enum ob_side */
 } ob_order;
 
-/* Where orders come from. alloc == NULL means malloc/free; otherwise alloc(ctx) returns an
- * object of at least sizeof(ob_order) bytes and release(ctx, object) gives it back. */
+/* Where orders come from: malloc/free, or (pool not NULL) cmalloc's object pool through
+ * cmalloc.h's inline paths, as a program linked with cmalloc calls them. The engine is not
+ * linked with cmalloc (it runs under any allocator), so the library functions those paths
+ * fall back on are weak references, resolved when libcmalloc is loaded (LD_PRELOAD) and
+ * never called otherwise. */
+#pragma weak cmalloc_pool_alloc
+#pragma weak cmalloc_pool_free
 typedef struct ob_allocator {
-    void *(*alloc)(void *ctx);
-    void (*release)(void *ctx, void *object);
-    void *ctx;
+    cmalloc_pool *pool;
 } ob_allocator;
+
+static inline ob_order *ob_order_alloc(const ob_allocator *a)
+{
+    return a->pool ? cmalloc_pool_alloc(a->pool) : malloc(sizeof(ob_order));
+}
+
+static inline void ob_order_free(const ob_allocator *a, ob_order *order)
+{
+    if (a->pool)
+        cmalloc_pool_free(a->pool, order);
+    else
+        free(order);
+}
 
 typedef struct ob_book ob_book;
 

@@ -16,8 +16,9 @@
  * histogram. Trades are drained from the ring (checksummed, and written by book 0 when --trades
  * is given) between messages once 4096 have piled up, outside the timed part, and at the end.
  *
- * Pool functions are looked up with dlsym, so the binary runs under any allocator (LD_PRELOAD);
- * cmalloc's pool is used when libcmalloc is loaded.
+ * The pool's create and destroy are looked up with dlsym and its allocations take cmalloc.h's
+ * inline paths (book.h), so the binary runs under any allocator (LD_PRELOAD); cmalloc's pool
+ * is used when libcmalloc is loaded.
  */
 #define _GNU_SOURCE
 #include "book.h"
@@ -37,8 +38,6 @@
 
 typedef struct pool_api {
     cmalloc_pool *(*create)(size_t object_size, size_t capacity, unsigned flags);
-    void *(*alloc)(cmalloc_pool *pool);
-    void (*release)(cmalloc_pool *pool, void *object);
     void (*destroy)(cmalloc_pool *pool);
 } pool_api;
 
@@ -52,19 +51,8 @@ static int pool_lookup(void)
         return -1;
     pool_fns.create =
         (cmalloc_pool * (*)(size_t, size_t, unsigned)) dlsym(RTLD_DEFAULT, "cmalloc_pool_create");
-    pool_fns.alloc = (void *(*)(cmalloc_pool *))dlsym(RTLD_DEFAULT, "cmalloc_pool_alloc");
-    pool_fns.release = (void (*)(cmalloc_pool *, void *))dlsym(RTLD_DEFAULT, "cmalloc_pool_free");
     pool_fns.destroy = (void (*)(cmalloc_pool *))dlsym(RTLD_DEFAULT, "cmalloc_pool_destroy");
-    return pool_fns.create && pool_fns.alloc && pool_fns.release && pool_fns.destroy ? 0 : -1;
-}
-
-static void *pool_alloc(void *ctx)
-{
-    return pool_fns.alloc(ctx);
-}
-static void pool_release(void *ctx, void *object)
-{
-    pool_fns.release(ctx, object);
+    return pool_fns.create && pool_fns.destroy ? 0 : -1;
 }
 
 typedef struct handoff {
@@ -162,8 +150,7 @@ static void *gateway_main(void *arg)
         h->msg = &msgs[i];
         h->order = NULL;
         if (msgs[i].type == OB_ADD || msgs[i].type == OB_MARKET) {
-            h->order = w->allocator.alloc ? w->allocator.alloc(w->allocator.ctx)
-                                          : malloc(sizeof(ob_order));
+            h->order = ob_order_alloc(&w->allocator);
             if (!h->order) {
                 fputs("orderbook: out of memory\n", stderr);
                 abort();
@@ -284,7 +271,7 @@ int ob_replay(const ob_stream *stream, const ob_replay_options *options, ob_repl
                 perror("orderbook: cmalloc_pool_create");
                 return 2;
             }
-            w->allocator = (ob_allocator){pool_alloc, pool_release, w->pool};
+            w->allocator.pool = w->pool;
         }
         if (options->pipeline) {
             if (posix_memalign((void **)&w->queue, 64, sizeof(spsc_queue))) {
