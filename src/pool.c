@@ -16,7 +16,8 @@
  * random hands them out again sequentially, without chasing cold pointers. The word being
  * worked on is cached in the pool (word, word_base): the fast path is a load, a test, a
  * count-trailing-zeros, a store and a multiply-add. When the word runs dry, the slow path scans
- * the chunk's summary words (at most 16) for the next word, then takes a chunk from the partial
+ * the chunk's summary words (at most 16) for the next word (the first with FULL_ENOUGH free
+ * objects, else the fullest: find_word), then takes a chunk from the partial
  * stack (chunks that got frees while not current; the reserved chunks start there) or, for a
  * GROW pool, a new chunk from the page heap. Summary bits may be stale-set (the allocator
  * clears them lazily when it finds the word empty), never stale-clear.
@@ -387,16 +388,24 @@ static ALWAYS_INLINE uint64_t **word_slot(cmalloc_pool *pool, bool shared)
 }
 
 /* Points the pool's word at a non-empty free word of the current chunk; false when it has none.
- * Clears the summary bits of the empty words it passes (re-checking after the clear, against
- * a racing free). */
+ * Of the words the summary marks, the first holding at least FULL_ENOUGH free objects is taken,
+ * else the one holding most: the lowest marked word of a chunk whose objects live long and
+ * die at random holds one or two free objects, and a pool that took it ran dry again at once
+ * (the order book's replay refilled on a third of its allocations, each refill and the free
+ * into the word it had emptied a library call). Clears the summary bits of the empty words it
+ * passes (re-checking after the clear, against a racing free). */
+#define FULL_ENOUGH 16
 static bool find_word(cmalloc_pool *pool, bool shared)
 {
     pool_chunk *chunk = pool->current;
     if (chunk == NULL)
         return false;
     uint64_t *summary = summary_of(chunk), *words = free_words_of(pool, chunk);
-    for (size_t s = 0; s < pool->summary_words; s++) {
-        for (uint64_t pending = load(&summary[s], shared); pending; pending &= pending - 1) {
+    size_t best = SIZE_MAX;
+    int best_free = 0;
+    for (size_t s = 0; s < pool->summary_words && best_free < FULL_ENOUGH; s++) {
+        for (uint64_t pending = load(&summary[s], shared); pending && best_free < FULL_ENOUGH;
+             pending &= pending - 1) {
             size_t w = s * 64 + (size_t)__builtin_ctzll(pending);
             uint64_t bit = pending & -pending;
             if (load(&words[w], shared) == 0) {
@@ -405,12 +414,19 @@ static bool find_word(cmalloc_pool *pool, bool shared)
                     continue;
                 fetch_or(&summary[s], bit, shared);
             }
-            *word_slot(pool, shared) = &words[w];
-            pool->head.word_base = (char *)chunk + pool->first_offset + w * 64 * pool->head.stride;
-            return true;
+            uint64_t free_bits = load(&words[w], shared);
+            int free_objects = free_bits == ~(uint64_t)0 ? 64 : __builtin_popcountll(free_bits);
+            if (free_objects > best_free) {
+                best = w;
+                best_free = free_objects;
+            }
         }
     }
-    return false;
+    if (best == SIZE_MAX)
+        return false;
+    *word_slot(pool, shared) = &words[best];
+    pool->head.word_base = (char *)chunk + pool->first_offset + best * 64 * pool->head.stride;
+    return true;
 }
 
 /* The current word is empty: find the next one, in this chunk, a partial chunk, or a new one

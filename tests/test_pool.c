@@ -131,6 +131,32 @@ static void fixed_pool_fills_to_capacity(void **state)
     }
 }
 
+/* A pool that ran dry refills from a word holding many free objects, not from the lowest word
+ * that holds one: objects 0..255 taken in address order, then object 1 and objects 128..191
+ * freed; the next allocations come from 128..191, and object 1 only once those are gone. */
+static void refill_takes_a_full_word(void **state)
+{
+    (void)state;
+    enum { N = 256 };
+    cmalloc_pool *pool = cmalloc_pool_create(24, N, CMALLOC_POOL_FIXED);
+    assert_non_null(pool);
+    static char *objects[N];
+    for (size_t i = 0; i < N; i++) {
+        assert_non_null(objects[i] = cmalloc_pool_alloc(pool));
+        if (i > 0)
+            assert_true(objects[i] > objects[i - 1]);
+    }
+    cmalloc_pool_free(pool, objects[1]);
+    for (size_t i = 128; i < 192; i++)
+        cmalloc_pool_free(pool, objects[i]);
+    for (size_t i = 128; i < 192; i++)
+        assert_ptr_equal(cmalloc_pool_alloc(pool), objects[i]);
+    assert_ptr_equal(cmalloc_pool_alloc(pool), objects[1]);
+    assert_null(cmalloc_pool_alloc(pool));
+    assert_true(cm_pool_valid(pool));
+    cmalloc_pool_destroy(pool);
+}
+
 static void grow_pool_keeps_addresses(void **state)
 {
     (void)state;
@@ -483,8 +509,7 @@ static void death_use_after_destroy(void **state)
         char expected[160];
         snprintf(expected, sizeof expected, "cmalloc: %s: pool %p was destroyed; aborting\n",
                  callers[call], (void *)pool);
-        expect_death(after_destroy_body, &(after_destroy){pool, objects[1 + call], call},
-                     expected);
+        expect_death(after_destroy_body, &(after_destroy){pool, objects[1 + call], call}, expected);
     }
     free(block);
 }
@@ -585,6 +610,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(alignment_for_every_size),
         cmocka_unit_test(objects_distinct_and_reused),
         cmocka_unit_test(fixed_pool_fills_to_capacity),
+        cmocka_unit_test(refill_takes_a_full_word),
         cmocka_unit_test(grow_pool_keeps_addresses),
         cmocka_unit_test(random_against_model),
         cmocka_unit_test(thread_safe_pool_4_threads),
