@@ -6,8 +6,10 @@
 #
 #   (none)       the build and `make test`: compiler, cmocka, pkg-config and the programs the
 #                tests run under cmalloc (python3, perl, sqlite3, valgrind for the fast-path budget,
-#                google-perftools for google-pprof in tests/test_prof.sh), and libunwind8,
-#                which the profiler loads when it is on (stacks 7x cheaper than libgcc's)
+#                google-perftools for google-pprof in tests/test_prof.sh), libunwind8,
+#                which the profiler loads when it is on (stacks 7x cheaper than libgcc's), and
+#                libc6-dbg, libc's debug file, from which reports name libc's functions
+#                (tests/test_prof_reports.sh checks they do)
 #   --bench      also the allocators compared against and the benchmark tools (`make bench`)
 #   --sanitize   also clang and its runtimes (`make fuzz`, `make sanitize`)
 #   --dry-run    print what is missing and the exact apt-get command that would add it; install
@@ -27,7 +29,7 @@ set -eu
 # --version; nothing: dpkg-query says the package is installed.
 base="build-essential=cmd:cc,c++,make libcmocka-dev pkg-config=cmd:pkg-config
       python3=cmd:python3 perl=cmd:perl sqlite3=cmd:sqlite3 valgrind=cmd:valgrind
-      google-perftools=cmd:google-pprof libunwind8"
+      google-perftools=cmd:google-pprof libunwind8 libc6-dbg"
 bench="libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 hyperfine=cmd:hyperfine gnuplot-nox=cmd:gnuplot"
 sanitize="clang=cmd:clang libclang-rt-14-dev"
 APT_OPTIONS="-y -qq --no-remove --no-install-recommends"

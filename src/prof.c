@@ -329,10 +329,11 @@ static uint32_t capture_stack(uintptr_t boundary, bool boundary_ours)
 /* ---- naming frames --------------------------------------------------------------------------
  * At report time only, and never with malloc or a lock of ours held (a guard fault's handler
  * names frames too). The object holding an address and its load bias come from the loader's
- * list (dl_iterate_phdr); the function from the object's own symbol table, read from its file:
- * .symtab, which dladdr never sees (a program built without -rdynamic exports none of its
- * functions), or .dynsym when the file is stripped, mapped with mmap and unmapped after. Then
- * dladdr's name; then none. A frame prints as
+ * list (dl_iterate_phdr); the function from a symbol table read from a file mapped with mmap and
+ * unmapped after: the object's .symtab, which dladdr never sees (a program built without
+ * -rdynamic exports none of its functions); when the object has none (Debian's libc is
+ * stripped), the .symtab of its separate debug file (libc6-dbg's), found by its build-id or its
+ * .gnu_debuglink; else the object's .dynsym. Then dladdr's name; then none. A frame prints as
  *     0x<address> <function>+0x<off> (<object>+0x<vaddr>)    or    0x<address> (<object>+0x<vaddr>)
  * where vaddr is the looked-up address in the object's own numbering, so that
  * `addr2line -f -e <object> <vaddr>` (scripts/cmalloc-symbolize) gives function and line. A
@@ -360,69 +361,282 @@ static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
     return 0;
 }
 
-/* The function of the object file at path holding vaddr, copied into name (bounded); its start
- * in *start. False when the file cannot be read or no symbol holds vaddr. */
-static bool symbol_in_file(const char *path, uintptr_t vaddr, char *name, size_t capacity,
-                           uintptr_t *start)
+/* An object file mapped for reading (elf_map): a 64-bit ELF file (the class of the objects
+ * this library runs among) whose section headers lie inside it. */
+typedef struct elf_file {
+    const unsigned char *bytes;
+    size_t size;
+    const Elf64_Ehdr *header;
+    const Elf64_Shdr *sections; /* header->e_shnum of them */
+} elf_file;
+
+static bool elf_map(const char *path, elf_file *elf)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
     struct stat status;
-    void *map = fstat(fd, &status) == 0 && (size_t)status.st_size >= sizeof(ElfW(Ehdr))
+    void *map = fstat(fd, &status) == 0 && (size_t)status.st_size >= sizeof(Elf64_Ehdr)
                     ? mmap(NULL, (size_t)status.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
                     : MAP_FAILED;
     close(fd);
     if (map == MAP_FAILED)
         return false;
-    size_t file_size = (size_t)status.st_size;
-    const unsigned char *file = map;
-    const ElfW(Ehdr) *header = map;
-    bool found = false;
-    if (memcmp(header->e_ident, ELFMAG, SELFMAG) == 0 && header->e_ident[EI_CLASS] == ELFCLASS64 &&
-        header->e_shentsize == sizeof(ElfW(Shdr)) && header->e_shoff < file_size &&
-        header->e_shnum <= (file_size - header->e_shoff) / sizeof(ElfW(Shdr))) {
-        const ElfW(Shdr) *sections = (const ElfW(Shdr) *)(file + header->e_shoff);
-        const ElfW(Sym) *best = NULL;
-        const char *best_names = NULL;
-        /* .symtab first; .dynsym only when there is none */
-        for (int pass = 0; pass < 2 && best == NULL; pass++) {
-            for (unsigned i = 0; i < header->e_shnum; i++) {
-                const ElfW(Shdr) *table = &sections[i];
-                if (table->sh_type != (pass == 0 ? SHT_SYMTAB : SHT_DYNSYM) ||
-                    table->sh_link >= header->e_shnum || table->sh_offset > file_size ||
-                    table->sh_size > file_size - table->sh_offset ||
-                    sections[table->sh_link].sh_offset > file_size)
-                    continue;
-                const ElfW(Sym) *symbols = (const ElfW(Sym) *)(file + table->sh_offset);
-                size_t count = table->sh_size / sizeof(ElfW(Sym));
-                for (size_t k = 0; k < count; k++) {
-                    const ElfW(Sym) *symbol = &symbols[k];
-                    unsigned type = ELF64_ST_TYPE(symbol->st_info);
-                    if ((type != STT_FUNC && type != STT_GNU_IFUNC) || symbol->st_shndx == SHN_UNDEF ||
-                        vaddr < symbol->st_value || vaddr - symbol->st_value >= symbol->st_size)
-                        continue;
-                    if (best == NULL || symbol->st_value > best->st_value) {
-                        best = symbol;
-                        best_names = (const char *)file + sections[table->sh_link].sh_offset;
-                    }
-                }
+    *elf = (elf_file){.bytes = map, .size = (size_t)status.st_size, .header = map};
+    const Elf64_Ehdr *header = elf->header;
+    if (memcmp(header->e_ident, ELFMAG, SELFMAG) != 0 || header->e_ident[EI_CLASS] != ELFCLASS64 ||
+        header->e_shentsize != sizeof(Elf64_Shdr) || header->e_shoff >= elf->size ||
+        header->e_shnum > (elf->size - header->e_shoff) / sizeof(Elf64_Shdr)) {
+        munmap(map, elf->size);
+        return false;
+    }
+    elf->sections = (const Elf64_Shdr *)(elf->bytes + header->e_shoff);
+    return true;
+}
+
+static void elf_unmap(const elf_file *elf)
+{
+    munmap((void *)elf->bytes, elf->size);
+}
+
+/* The bytes of section i inside the file, NULL when they are not there (or it has none). */
+static const unsigned char *section_bytes(const elf_file *elf, unsigned i)
+{
+    const Elf64_Shdr *section = &elf->sections[i];
+    return section->sh_type != SHT_NOBITS && section->sh_offset <= elf->size &&
+                   section->sh_size <= elf->size - section->sh_offset
+               ? elf->bytes + section->sh_offset
+               : NULL;
+}
+
+static bool has_section_type(const elf_file *elf, unsigned type)
+{
+    for (unsigned i = 0; i < elf->header->e_shnum; i++)
+        if (elf->sections[i].sh_type == type && section_bytes(elf, i) != NULL)
+            return true;
+    return false;
+}
+
+/* The function holding vaddr in the file's symbol tables of the type given (SHT_SYMTAB or
+ * SHT_DYNSYM): the one starting last where several do, and of aliases (libc's debug file has
+ * __libc_start_main_impl, __libc_start_main_alias_2 and __libc_start_main@@GLIBC_2.34 at one
+ * address) a global one, the name .dynsym gives. Its name is copied into name (bounded, without
+ * a symbol version "@..."), its start into *start. False when none holds vaddr. */
+static bool symbol_in_tables(const elf_file *elf, unsigned table_type, uintptr_t vaddr, char *name,
+                             size_t capacity, uintptr_t *start)
+{
+    const Elf64_Sym *best = NULL;
+    const char *best_names = NULL;
+    size_t best_names_size = 0;
+    for (unsigned i = 0; i < elf->header->e_shnum; i++) {
+        const Elf64_Shdr *table = &elf->sections[i];
+        const unsigned char *symbols = section_bytes(elf, i);
+        if (table->sh_type != table_type || symbols == NULL ||
+            table->sh_link >= elf->header->e_shnum || section_bytes(elf, table->sh_link) == NULL)
+            continue;
+        size_t count = table->sh_size / sizeof(Elf64_Sym);
+        for (size_t k = 0; k < count; k++) {
+            const Elf64_Sym *symbol = (const Elf64_Sym *)symbols + k;
+            unsigned type = ELF64_ST_TYPE(symbol->st_info);
+            if ((type != STT_FUNC && type != STT_GNU_IFUNC) || symbol->st_shndx == SHN_UNDEF ||
+                vaddr < symbol->st_value || vaddr - symbol->st_value >= symbol->st_size)
+                continue;
+            if (best == NULL || symbol->st_value > best->st_value ||
+                (symbol->st_value == best->st_value && ELF64_ST_BIND(best->st_info) == STB_LOCAL &&
+                 ELF64_ST_BIND(symbol->st_info) != STB_LOCAL)) {
+                best = symbol;
+                best_names = (const char *)section_bytes(elf, table->sh_link);
+                best_names_size = elf->sections[table->sh_link].sh_size;
             }
-        }
-        size_t names_end = best ? file_size - (size_t)(best_names - (const char *)file) : 0;
-        if (best != NULL && best->st_name < names_end) {
-            const char *text = best_names + best->st_name;
-            size_t n = 0;
-            while (n + 1 < capacity && n < names_end - best->st_name && text[n] != '\0') {
-                name[n] = text[n];
-                n++;
-            }
-            name[n] = '\0';
-            *start = best->st_value;
-            found = n > 0;
         }
     }
-    munmap(map, file_size);
+    if (best == NULL || best->st_name >= best_names_size)
+        return false;
+    const char *text = best_names + best->st_name;
+    size_t n = 0;
+    while (n + 1 < capacity && n < best_names_size - best->st_name && text[n] != '\0' &&
+           text[n] != '@') {
+        name[n] = text[n];
+        n++;
+    }
+    name[n] = '\0';
+    *start = best->st_value;
+    return n > 0;
+}
+
+/* The descriptor of the file's note of the type given, owned by "GNU", from its SHT_NOTE
+ * sections (a debug file keeps them, though its segments' offsets no longer hold them); its
+ * size in *size. NULL when there is none. */
+static const unsigned char *gnu_note(const elf_file *elf, uint32_t type, size_t *size)
+{
+    for (unsigned i = 0; i < elf->header->e_shnum; i++) {
+        const unsigned char *note = section_bytes(elf, i);
+        if (elf->sections[i].sh_type != SHT_NOTE || note == NULL)
+            continue;
+        size_t align = elf->sections[i].sh_addralign == 8 ? 8 : 4;
+        const unsigned char *end = note + elf->sections[i].sh_size;
+        while ((size_t)(end - note) >= sizeof(Elf64_Nhdr)) {
+            const Elf64_Nhdr *header = (const Elf64_Nhdr *)note;
+            size_t left = (size_t)(end - note) - sizeof *header;
+            size_t name_size = ((size_t)header->n_namesz + align - 1) & ~(align - 1);
+            size_t descriptor_size = ((size_t)header->n_descsz + align - 1) & ~(align - 1);
+            if (name_size > left || descriptor_size > left - name_size)
+                break;
+            const unsigned char *owner = note + sizeof *header, *descriptor = owner + name_size;
+            if (header->n_type == type && header->n_namesz == 4 && memcmp(owner, "GNU", 4) == 0 &&
+                header->n_descsz > 0) {
+                *size = header->n_descsz;
+                return descriptor;
+            }
+            note = descriptor + descriptor_size;
+        }
+    }
+    return NULL;
+}
+
+/* The name of the debug file the object's .gnu_debuglink names, and the CRC-32 of that file it
+ * holds; NULL when there is none. */
+static const char *debuglink(const elf_file *elf, uint32_t *crc)
+{
+    unsigned names = elf->header->e_shstrndx;
+    const char *section_names =
+        names < elf->header->e_shnum ? (const char *)section_bytes(elf, names) : NULL;
+    if (section_names == NULL)
+        return NULL;
+    size_t names_size = elf->sections[names].sh_size;
+    static const char wanted[] = ".gnu_debuglink";
+    for (unsigned i = 0; i < elf->header->e_shnum; i++) {
+        const char *link = (const char *)section_bytes(elf, i);
+        size_t size = elf->sections[i].sh_size, at = elf->sections[i].sh_name;
+        if (link == NULL || at >= names_size || names_size - at < sizeof wanted ||
+            memcmp(section_names + at, wanted, sizeof wanted) != 0)
+            continue;
+        size_t length = strnlen(link, size);
+        size_t crc_at = (length + 4) & ~(size_t)3; /* after the name's NUL, 4-byte aligned */
+        if (length == 0 || crc_at > size || size - crc_at < sizeof *crc)
+            return NULL;
+        memcpy(crc, link + crc_at, sizeof *crc);
+        return link;
+    }
+    return NULL;
+}
+
+/* The CRC-32 of .gnu_debuglink (zlib's: reflected, polynomial 0xedb88320), four bits a step. */
+static uint32_t crc32_of(const unsigned char *bytes, size_t size)
+{
+    static const uint32_t step[16] = {0x00000000, 0x1db71064, 0x3b6e20c8, 0x26d930ac,
+                                      0x76dc4190, 0x6b6b51f4, 0x4db26158, 0x5005713c,
+                                      0xedb88320, 0xf00f9344, 0xd6d6a3e8, 0xcb61b38c,
+                                      0x9b64c2b0, 0x86d3d2d4, 0xa00ae278, 0xbdbdf21c};
+    uint32_t crc = ~(uint32_t)0;
+    for (size_t i = 0; i < size; i++) {
+        crc ^= bytes[i];
+        crc = (crc >> 4) ^ step[crc & 15];
+        crc = (crc >> 4) ^ step[crc & 15];
+    }
+    return ~crc;
+}
+
+#define DEBUG_ROOT     "/usr/lib/debug"
+#define DEBUG_PATH_MAX 256
+
+/* Appends n bytes of text to path (DEBUG_PATH_MAX, kept NUL-terminated); false when they do not
+ * fit. */
+static bool path_append(char *path, size_t *length, const char *text, size_t n)
+{
+    if (n >= DEBUG_PATH_MAX - *length)
+        return false;
+    memcpy(path + *length, text, n);
+    *length += n;
+    path[*length] = '\0';
+    return true;
+}
+
+/* Appends the bytes as lowercase hex digits. */
+static bool path_append_hex(char *path, size_t *length, const unsigned char *bytes, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    bool fits = true;
+    for (size_t i = 0; i < n && fits; i++) {
+        char pair[2] = {digits[bytes[i] >> 4], digits[bytes[i] & 15]};
+        fits = path_append(path, length, pair, 2);
+    }
+    return fits;
+}
+
+/* Looks vaddr up in the .symtab of the file at candidate when it is object's debug file: the
+ * same build-id, or where the object has none, the CRC-32 of its .gnu_debuglink (crc). */
+static bool symbol_in_debug_candidate(const elf_file *object, const char *candidate, uint32_t crc,
+                                      uintptr_t vaddr, char *name, size_t capacity,
+                                      uintptr_t *start)
+{
+    elf_file debug;
+    if (!elf_map(candidate, &debug))
+        return false;
+    size_t id_size, debug_id_size;
+    const unsigned char *id = gnu_note(object, NT_GNU_BUILD_ID, &id_size);
+    const unsigned char *debug_id = gnu_note(&debug, NT_GNU_BUILD_ID, &debug_id_size);
+    bool same = id != NULL ? debug_id != NULL && id_size == debug_id_size &&
+                                 memcmp(id, debug_id, id_size) == 0
+                           : crc32_of(debug.bytes, debug.size) == crc;
+    bool found = same && symbol_in_tables(&debug, SHT_SYMTAB, vaddr, name, capacity, start);
+    elf_unmap(&debug);
+    return found;
+}
+
+/* Looks vaddr up in the .symtab of the separate debug file of the object at path (one with no
+ * .symtab of its own): DEBUG_ROOT/.build-id/<first byte>/<the other bytes>.debug by its
+ * build-id, then the file its .gnu_debuglink names, in <its directory>/.debug/ and
+ * DEBUG_ROOT/<its directory>/ (where gdb looks too). */
+static bool symbol_in_debug_file(const elf_file *object, const char *path, uintptr_t vaddr,
+                                 char *name, size_t capacity, uintptr_t *start)
+{
+    char candidate[DEBUG_PATH_MAX];
+    size_t length = 0, id_size;
+    const unsigned char *id = gnu_note(object, NT_GNU_BUILD_ID, &id_size);
+    static const char build_ids[] = DEBUG_ROOT "/.build-id/", suffix[] = ".debug";
+    if (id != NULL && id_size >= 2 &&
+        path_append(candidate, &length, build_ids, sizeof build_ids - 1) &&
+        path_append_hex(candidate, &length, id, 1) && path_append(candidate, &length, "/", 1) &&
+        path_append_hex(candidate, &length, id + 1, id_size - 1) &&
+        path_append(candidate, &length, suffix, sizeof suffix - 1) &&
+        symbol_in_debug_candidate(object, candidate, 0, vaddr, name, capacity, start))
+        return true;
+    uint32_t crc;
+    const char *link = debuglink(object, &crc);
+    const char *slash = strrchr(path, '/');
+    if (link == NULL || slash == NULL)
+        return false;
+    size_t directory = (size_t)(slash - path) + 1; /* with its final '/' */
+    for (int place = 0; place < 2; place++) {
+        length = 0;
+        bool fits = place == 0
+                        ? path_append(candidate, &length, path, directory) &&
+                              path_append(candidate, &length, ".debug/", 7)
+                        : path[0] == '/' &&
+                              path_append(candidate, &length, DEBUG_ROOT, sizeof DEBUG_ROOT - 1) &&
+                              path_append(candidate, &length, path, directory);
+        if (fits && path_append(candidate, &length, link, strlen(link)) &&
+            symbol_in_debug_candidate(object, candidate, crc, vaddr, name, capacity, start))
+            return true;
+    }
+    return false;
+}
+
+/* The function of the object file at path holding vaddr, copied into name (bounded); its start
+ * in *start: from the file's .symtab, else its separate debug file's, else its .dynsym. False
+ * when the file cannot be read or no symbol holds vaddr. */
+static bool symbol_in_file(const char *path, uintptr_t vaddr, char *name, size_t capacity,
+                           uintptr_t *start)
+{
+    elf_file object;
+    if (!elf_map(path, &object))
+        return false;
+    bool found = has_section_type(&object, SHT_SYMTAB)
+                     ? symbol_in_tables(&object, SHT_SYMTAB, vaddr, name, capacity, start)
+                     : symbol_in_debug_file(&object, path, vaddr, name, capacity, start);
+    found = found || symbol_in_tables(&object, SHT_DYNSYM, vaddr, name, capacity, start);
+    elf_unmap(&object);
     return found;
 }
 

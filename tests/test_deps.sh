@@ -56,7 +56,7 @@ tools() {
 all_tools="cc c++ make pkg-config python3 perl sqlite3 valgrind google-pprof hyperfine gnuplot clang"
 fake() { PATH="$tmp/bin:$tmp/tools" "$@"; }
 
-base="build-essential libcmocka-dev pkg-config python3 perl sqlite3 valgrind google-perftools libunwind8"
+base="build-essential libcmocka-dev pkg-config python3 perl sqlite3 valgrind google-perftools libunwind8 libc6-dbg"
 options="-y -qq --no-remove --no-install-recommends"
 
 # A bare machine, then one with everything.

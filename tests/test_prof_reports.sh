@@ -19,6 +19,10 @@
 #     and static, as "function+0xoff (object+0xvaddr)"; a guard report starts with the stack of
 #     the faulting access, then the allocation's, then the free's; scripts/cmalloc-symbolize
 #     turns a frame into function file:line;
+#   - frames in libc, stripped of .symtab, are named from its debug file by build-id (memset's
+#     implementation in a guarded overflow by memset, __libc_start_call_main); a stripped
+#     program is named from the debug file its .gnu_debuglink names when that file is its own
+#     (build-id, or CRC-32 without one), and not from another build's;
 #   - CMALLOC_CHECK reports (overflow, double free, write after free) give the stack of the call
 #     that found the error and the block's allocation stack; a write to a freed block still in
 #     the quarantine at exit is reported at exit;
@@ -209,6 +213,64 @@ for binary in "$prog" "$static"; do
     expect_sections "$tmp/uaf-$kind.txt" "the access, at:" write_after_drop "allocated at:" make_block \
         "freed at:" drop_block
 done
+# An object stripped of .symtab (Debian's libc) has its frames named from its separate debug
+# file, found by its build-id under /usr/lib/debug/.build-id (libc6-dbg, which scripts/deps.sh
+# installs): a guarded overflow done by memset names memset's implementation in the access's
+# first frame, and the leak report names __libc_start_call_main and, of the aliases at the
+# next frame's address, __libc_start_main (the global one, without its symbol version). Without
+# the debug file of the libc the program loads, the test says so and checks libc's frames as
+# object+offset only.
+CMALLOC_GUARD_RATE=1 run "$prog" overflow-memset 2>"$tmp/overflow-memset.txt"
+binary=$prog
+expect_sections "$tmp/overflow-memset.txt" "allocated at:" make_block
+access=$(grep -A1 '^  the access, at:' "$tmp/overflow-memset.txt" | sed -n 2p)
+libc=$(echo "$access" | sed -n 's/^ *#0 0x[0-9a-f]* .*(\(\/.*libc\.so\.6\)+0x[0-9a-f]*)$/\1/p')
+grep -A2 '^  the access, at:' "$tmp/overflow-memset.txt" | sed -n 3p | grep -q "^ *$(frame memset_past_end "$prog")\$" &&
+    [ -n "$libc" ] ||
+    { cat "$tmp/overflow-memset.txt"; fail "overflow by memset: the access is not in libc, called from memset_past_end"; }
+build_id=$([ -n "$libc" ] && readelf -n "$libc" | sed -n 's/^ *Build ID: \([0-9a-f]*\)$/\1/p')
+debug_file=/usr/lib/debug/.build-id/$(echo "$build_id" | cut -c1-2)/$(echo "$build_id" | cut -c3-).debug
+if [ -n "$build_id" ] && [ -f "$debug_file" ]; then
+    echo "$access" | grep -q "^ *#0 0x[0-9a-f]* __memset[a-z0-9_]*+0x[0-9a-f]* ($libc+0x[0-9a-f]*)\$" ||
+        { cat "$tmp/overflow-memset.txt"; fail "overflow by memset: #0 does not name libc's __memset (debug file $debug_file)"; }
+    grep -q "#[0-9]* 0x[0-9a-f]* __libc_start_call_main+0x[0-9a-f]* ($libc+0x[0-9a-f]*)\$" "$tmp/leak-dynamic.txt" &&
+        grep -q "#[0-9]* 0x[0-9a-f]* __libc_start_main+0x[0-9a-f]* ($libc+0x[0-9a-f]*)\$" "$tmp/leak-dynamic.txt" ||
+        { cat "$tmp/leak-dynamic.txt"; fail "the leak report does not name __libc_start_call_main and __libc_start_main (debug file $debug_file)"; }
+else
+    echo "test_prof_reports: no debug file for $libc (build-id '$build_id'; scripts/deps.sh installs libc6-dbg): libc's frames checked as object+offset only"
+    echo "$access" | grep -q "^ *#0 0x[0-9a-f]* ($libc+0x[0-9a-f]*)\$" ||
+        { cat "$tmp/overflow-memset.txt"; fail "overflow by memset: #0 is not libc's object+offset"; }
+fi
+
+# A program stripped of .symtab whose .gnu_debuglink names a file in <its directory>/.debug/ is
+# named from that file's .symtab when the file is the program's debug file (the same build-id,
+# or for a program built without one, the CRC-32 the link holds), and not named at all when the
+# file there is another build's.
+for build_id in sha1 none; do
+    dir="$tmp/link-$build_id"
+    mkdir -p "$dir/.debug"
+    for opt in O0 O1; do
+        ${CC:-cc} -$opt -g -Wl,--build-id=$build_id tests/data/prof_reports.c -o "$dir/prog-$opt" -pthread &&
+            objcopy --only-keep-debug "$dir/prog-$opt" "$dir/prog-$opt.debug" &&
+            strip -s "$dir/prog-$opt" || fail "cannot build and split prog-$opt (--build-id=$build_id)"
+    done
+    cp "$dir/prog-O1.debug" "$dir/.debug/prog.debug"
+    objcopy --add-gnu-debuglink="$dir/.debug/prog.debug" "$dir/prog-O1" "$dir/prog" ||
+        fail "objcopy --add-gnu-debuglink (--build-id=$build_id)"
+    for debug in prog-O1 prog-O0; do
+        cp "$dir/$debug.debug" "$dir/.debug/prog.debug"
+        CMALLOC_PROF_LEAKS=1 CMALLOC_PROF_RATE=64K run "$dir/prog" leak 2>"$tmp/link.txt"
+        first=$(grep -A1 'allocated at:' "$tmp/link.txt" | sed -n 2p)
+        if [ "$debug" = prog-O1 ]; then
+            echo "$first" | grep -q "$(frame leaky_function "$dir/prog")" ||
+                { cat "$tmp/link.txt"; fail "--build-id=$build_id, stripped, its debug file in .debug/: leaky_function not named"; }
+        else
+            echo "$first" | grep -q "^ *#0 0x[0-9a-f]* ($dir/prog+0x[0-9a-f]*)\$" ||
+                { cat "$tmp/link.txt"; fail "--build-id=$build_id, stripped, another build's debug file in .debug/: #0 is named from it"; }
+        fi
+    done
+done
+
 # CMALLOC_CHECK reports: the stack of the call that found the error, then the block's
 # allocation stack; a write to a freed block still quarantined at exit is reported then.
 for binary in "$prog" "$static"; do

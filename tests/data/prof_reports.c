@@ -15,6 +15,8 @@
  *   overflow        writes 12 bytes past the end of a 100-byte block from make_block, in
  *                   write_past_end
  *   use-after-free  writes into a 100-byte block after drop_block freed it
+ *   overflow-memset writes past the end of a 100-byte block from make_block with libc's memset,
+ *                   called from memset_past_end (the fault is inside libc)
  *   raise | kill | pthread_kill   sends itself SIGSEGV that way; prints "survived" and exits 1
  *                   when it is still alive after it
  *   signal-dump SIG allocates, raises the signal named SIG (CMALLOC_PROF_SIGNAL's), allocates
@@ -123,6 +125,14 @@ __attribute__((noinline)) void write_past_end(char *p, size_t size)
     ((volatile char *)p)[size + 12] = 'x'; /* past the 16-byte rounding, into the guard page */
 }
 
+static volatile size_t memset_overrun = 64; /* not a constant: memset is called, not inlined */
+
+__attribute__((noinline)) void memset_past_end(char *p, size_t size)
+{
+    memset(p, 'x', size + memset_overrun);
+    sink = p[0]; /* not a tail call: memset_past_end keeps its frame */
+}
+
 __attribute__((noinline)) void drop_block(char *p)
 {
     free(p);
@@ -180,13 +190,16 @@ __attribute__((noinline)) void free_checked_block(char *p)
     free(p);
 }
 
-/* A guarded block's misuse: written past its end, or after its free. */
-static int guard_misuse(bool after_free)
+/* A guarded block's misuse, named after the mode: written past its end, by the program or by
+ * memset, or after its free. */
+static int guard_misuse(const char *mode)
 {
     char *p = make_block(100);
-    if (after_free) {
+    if (strcmp(mode, "use-after-free") == 0) {
         drop_block(p);
         write_after_drop(p);
+    } else if (strcmp(mode, "overflow-memset") == 0) {
+        memset_past_end(p, 100);
     } else {
         write_past_end(p, 100);
     }
@@ -224,8 +237,9 @@ int main(int argc, char **argv)
         return leak();
     if (strcmp(mode, "leak-dlopen") == 0 && argc > 2)
         return leak_dlopen(argv[2]);
-    if (strcmp(mode, "overflow") == 0 || strcmp(mode, "use-after-free") == 0)
-        return guard_misuse(strcmp(mode, "use-after-free") == 0);
+    if (strcmp(mode, "overflow") == 0 || strcmp(mode, "use-after-free") == 0 ||
+        strcmp(mode, "overflow-memset") == 0)
+        return guard_misuse(mode);
     if (strcmp(mode, "raise") == 0 || strcmp(mode, "kill") == 0 ||
         strcmp(mode, "pthread_kill") == 0) {
         /* Some guarded blocks first, so that the guard is at work. */
