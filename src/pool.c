@@ -401,9 +401,14 @@ static bool find_word(cmalloc_pool *pool, bool shared)
     if (chunk == NULL)
         return false;
     uint64_t *summary = summary_of(chunk), *words = free_words_of(pool, chunk);
-    size_t best = SIZE_MAX;
+    /* the scan goes on from the word that ran dry (when it is this chunk's), in address order */
+    size_t best = SIZE_MAX, start = 0,
+           at = ((uintptr_t)*word_slot(pool, shared) - (uintptr_t)words) / sizeof *words;
+    if (at < pool->free_words)
+        start = at / 64;
     int best_free = 0;
-    for (size_t s = 0; s < pool->summary_words && best_free < FULL_ENOUGH; s++) {
+    for (size_t i = 0; i < pool->summary_words && best_free < FULL_ENOUGH; i++) {
+        size_t s = start + i < pool->summary_words ? start + i : start + i - pool->summary_words;
         for (uint64_t pending = load(&summary[s], shared); pending && best_free < FULL_ENOUGH;
              pending &= pending - 1) {
             size_t w = s * 64 + (size_t)__builtin_ctzll(pending);
