@@ -13,9 +13,9 @@
  * files above this one through the hooks they added (pool.c's THREAD_SAFE pools, once a pool
  * exists: this file never names them), then every allocator lock in the order written in
  * internal.h, and then lets the forking thread allocate while it holds them all (other
- * libraries' atfork handlers run after ours and may allocate: os.c). The parent releases them and the child makes them new, so a
- * child of a multi-threaded parent can allocate. A single-threaded process takes none (os.c's
- * cm_os_fork says why).
+ * libraries' atfork handlers run after ours and may allocate: os.c). The parent releases them and
+ * the child makes them new, so a child of a multi-threaded parent can allocate. A single-threaded
+ * process takes none (os.c's cm_os_fork says why).
  */
 #define _GNU_SOURCE
 #include "internal.h"

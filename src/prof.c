@@ -1352,8 +1352,8 @@ static void on_dump_signal(int signal_number)
     dump_requested = 1;
 }
 
-/* <CMALLOC_PROF_DUMP (expanded) or "cmalloc">.<pid>.<sequence>.heap, written by the first sampling slow path
- * after the signal. */
+/* <CMALLOC_PROF_DUMP (expanded) or "cmalloc">.<pid>.<sequence>.heap, written by the first sampling
+ * slow path after the signal. */
 static void dump_on_signal(void)
 {
     if (!__atomic_exchange_n(&dump_requested, 0, __ATOMIC_ACQ_REL))
@@ -1397,7 +1397,9 @@ static int signal_number(const char *text)
         if (name != NULL && strcmp(text, name) == 0)
             return number;
     }
-    int base = strncmp(text, "RTMIN", 5) == 0 ? SIGRTMIN : strncmp(text, "RTMAX", 5) == 0 ? SIGRTMAX : 0;
+    int base = strncmp(text, "RTMIN", 5) == 0   ? SIGRTMIN
+               : strncmp(text, "RTMAX", 5) == 0 ? SIGRTMAX
+                                                : 0;
     if (base != 0) {
         text += 5;
         int sign = *text == '+' ? 1 : *text == '-' ? -1 : 0;
@@ -1408,7 +1410,7 @@ static int signal_number(const char *text)
         }
         int number = base + sign * offset;
         return *text == '\0' && offset >= 0 && number >= SIGRTMIN && number <= SIGRTMAX ? number
-                                                                                      : 0;
+                                                                                        : 0;
     }
     int number = small_number(&text);
     return *text == '\0' && number > 0 && number <= SIGRTMAX ? number : 0;
@@ -1668,10 +1670,11 @@ void cm_prof_init(void)
     if (cm_option.prof_leaks || cm_option.prof_dump || cm_option.prof_signal)
         cm_option.prof = 1;
     prof_mean = (double)cm_option.prof_rate; /* at least 1: options.c keeps the range */
-    if (cm_option.guard_rate > 1) /* about GUARD_UNIT * rate bytes */
+    if (cm_option.guard_rate > 1)            /* about GUARD_UNIT * rate bytes */
         guard_mean = GUARD_UNIT / (log_of(cm_option.guard_rate) - log_of(cm_option.guard_rate - 1));
     prof_on = cm_option.prof && tables_init();
-    guard_on = cm_option.guard_rate && tables_init() && cm_guard_init(cm_prof_stack_print, print_access_stack);
+    guard_on = cm_option.guard_rate && tables_init() &&
+               cm_guard_init(cm_prof_stack_print, print_access_stack);
     for (unsigned c = 1; c < cm_class_count; c++) {
         uint32_t size = cm_classes[c].size;
         bool guardable = guard_on && size <= CM_GUARD_MAX_SIZE;
