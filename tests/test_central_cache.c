@@ -1,8 +1,9 @@
 /* test_central_cache.c - the central cache: fills hand out distinct objects of the class from
  * SMALL spans, carving on to a 128-byte boundary, a flushed full batch comes back whole from
  * the transfer cache (no span touched), partial flushes go to spans, and a span whose objects
- * all come back returns to the page heap; the transfer cache grows past its start only while
- * other threads take its batches. Uses classes the test harness itself never allocates from. */
+ * all come back returns to the page heap, a fill takes one span's given-back objects at most;
+ * the transfer cache grows past its start only while other threads take its batches. Uses
+ * classes the test harness itself never allocates from. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -117,6 +118,43 @@ static void empty_spans_return_to_the_page_heap(void **state)
     assert_true(cm_page_heap_valid());
 }
 
+/* Two full spans, one object given back to each: a fill that asks for both gets one, from
+ * one span (taking the second span's list would mean walking the first's to its end). */
+static void a_fill_takes_one_span_of_given_back_objects(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(6000), per_span = cm_classes[c].objects;
+    cm_central_drain();
+    void *head;
+    unsigned n = cm_central_fill(c, 2 * per_span, &head, 0);
+    assert_true(n >= 2 * per_span);
+    void *objects[n], *first_span = NULL, *second_span = NULL;
+    for (unsigned i = 0; i < n; i++, head = cm_link_next(head)) {
+        objects[i] = head;
+        if (first_span == NULL)
+            first_span = head;
+        else if (second_span == NULL && cm_pagemap_lookup(head) != cm_pagemap_lookup(first_span))
+            second_span = head;
+    }
+    assert_non_null(second_span);
+    for (unsigned i = 0; i < n; i++) /* back one at a time: to the spans, not as a batch */
+        if (objects[i] == first_span || objects[i] == second_span) {
+            cm_link_relink(objects[i], NULL);
+            cm_central_flush(c, objects[i], 1);
+        }
+    void *again;
+    assert_int_equal(cm_central_fill(c, 2, &again, 0), 1);
+    assert_true(again == first_span || again == second_span);
+    cm_link_relink(again, NULL);
+    cm_central_flush(c, again, 1);
+    for (unsigned i = 0; i < n; i++)
+        if (objects[i] != first_span && objects[i] != second_span) {
+            cm_link_relink(objects[i], NULL);
+            cm_central_flush(c, objects[i], 1);
+        }
+    assert_true(cm_heap_check());
+}
+
 static void idle_batches_return_to_spans(void **state)
 {
     (void)state;
@@ -144,6 +182,30 @@ static void idle_batches_return_to_spans(void **state)
     cm_option.release_delay_ms = saved_delay;
 }
 
+/* Exactly a batch of class c, from as many fills as it takes (a fill takes at most one span's
+ * given-back objects); what the last fill gave beyond it goes back. */
+static void *fill_batch(unsigned c)
+{
+    unsigned batch = cm_classes[c].batch, have = 0;
+    void *head = NULL;
+    while (have < batch) {
+        void *part;
+        unsigned n = cm_central_fill(c, batch - have, &part, 0);
+        assert_true(n > 0);
+        while (part != NULL && have < batch) {
+            void *next = cm_link_next(part);
+            cm_link_relink(part, head);
+            head = part;
+            part = next;
+            have++;
+            n--;
+        }
+        if (n > 0)
+            cm_central_flush(c, part, n);
+    }
+    return head;
+}
+
 /* Flushes count whole batches of class c (filled first) from the calling thread; returns the
  * objects the transfer cache then holds. */
 static size_t flush_batches(unsigned c, unsigned count)
@@ -151,7 +213,7 @@ static size_t flush_batches(unsigned c, unsigned count)
     unsigned batch = cm_classes[c].batch;
     void *heads[64];
     for (unsigned i = 0; i < count; i++)
-        assert_int_equal(cm_central_fill(c, batch, &heads[i], 0), batch);
+        heads[i] = fill_batch(c);
     for (unsigned i = 0; i < count; i++)
         cm_central_flush(c, heads[i], batch);
     size_t cached;
@@ -212,6 +274,7 @@ int main(void)
         cmocka_unit_test(carving_ends_on_a_false_sharing_boundary),
         cmocka_unit_test(full_batch_round_trips_through_transfer_cache),
         cmocka_unit_test(empty_spans_return_to_the_page_heap),
+        cmocka_unit_test(a_fill_takes_one_span_of_given_back_objects),
         cmocka_unit_test(idle_batches_return_to_spans),
         cmocka_unit_test(transfer_limit_grows_only_while_batches_change_threads),
     };
