@@ -8,11 +8,13 @@
  *                    batches (each remembers its flusher), up to limit_when_shared(); each
  *                    decay tick with no such take halves it back (policy.h says why).
  *   spans            the class's SMALL spans that have room (returned objects or never-used
- *                    space at the bump pointer), doubly linked; full spans are on no list.
+ *                    space at the bump pointer), doubly linked; full spans are on no list,
+ *                    nor (MIDDLE=owner) a full span that runs came back to until a
+ *                    1/CM_SPAN_WAKE_DIVISOR of it is free (cm_central_take_runs).
  *
  * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
- * time for a thread whose cache is gone), alloc.c (drain before a retry when the OS refuses
- * memory) and background.c (the decay tick).
+ * time for a thread whose cache is gone, MIDDLE=owner: the runs of a mailbox), alloc.c (drain
+ * before a retry when the OS refuses memory) and background.c (the decay tick).
  * Release by age: batches that sat in a transfer cache through a whole interval of
  * CMALLOC_RELEASE_DELAY_MS (below the interval's low-water mark) go back to their spans, so
  * that spans can empty and the page heap can return them; checked on fills and flushes.
@@ -149,6 +151,54 @@ static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
 {
     return info->objects - span->used - (uint32_t)((size_t)(span->limit - span->bump) / info->size);
 }
+
+#ifdef CM_MIDDLE_OWNER
+/* Gives back the runs an owner took from its mailbox (internal.h, "runs": count objects of
+ * size_class in all), each spliced onto its span's list by its header, with no object walked:
+ * only heads and last objects are touched. A span whose every object came back goes to the
+ * page heap, to be carved again from its start (a fill then writes its links in address order
+ * instead of handing out a chain of objects another core wrote last); a span that was full is
+ * listed again only once a 1/CM_SPAN_WAKE_DIVISOR of it is free, so that the fills that follow
+ * carve instead of taking a few returned objects at a time while the rest of the span is still
+ * on its way home. A header that does not add up is reported as list corruption. */
+void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
+{
+    central *c = &centrals[size_class];
+    const cm_class_info *info = &cm_classes[size_class];
+    void *const first = run;
+    cm_lock_acquire(&c->lock);
+    while (run != NULL) {
+        uint32_t n;
+        void *last, *next = cm_run_header(run, &n, &last);
+        cm_span *span = cm_span_of(run);
+        uintptr_t start = span ? (uintptr_t)cm_span_start(span) : 0;
+        if (span == NULL || span->state != CM_SPAN_SMALL || span->size_class != size_class ||
+            n == 0 || n > count || n > span->used ||
+            (uintptr_t)last - start >= (uintptr_t)info->objects * info->size ||
+            ((uintptr_t)last - start) % info->size != 0 || !cm_object_is_free(run) ||
+            !cm_object_is_free(last))
+            cm_report_corrupt_list(run);
+        cm_link_relink(last, span->free_objects);
+        span->free_objects = run;
+        span->used -= n;
+        c->objects_out -= n;
+        count -= n;
+        if (span->used == 0) {
+            if (span->listed)
+                span_list_remove(c, span);
+            cm_page_heap_free(span);
+        } else if (!span->listed && span_free_count(span, info) >=
+                                        (info->objects + CM_SPAN_WAKE_DIVISOR - 1) /
+                                            CM_SPAN_WAKE_DIVISOR) {
+            span_list_add(c, span);
+        }
+        run = next;
+    }
+    if (count != 0)
+        cm_report_corrupt_list(first);
+    cm_lock_release(&c->lock);
+}
+#endif
 
 /* Moves want objects of span onto *list (fewer when it runs out, a few more to end a pair of
  * cache lines); returns how many. Given-back objects come first, cut off the span's list as a

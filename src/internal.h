@@ -159,6 +159,12 @@ static inline size_t cm_pagemap_index(const void *address)
 {
     return ((uintptr_t)address >> CM_PAGE_SHIFT) & (CM_PAGEMAP_LEAF_ENTRIES - 1);
 }
+/* The first page of the SMALL span holding address, from the pagemap's class entry. */
+static inline uintptr_t cm_pagemap_span_page(const void *address)
+{
+    return ((uintptr_t)address >> CM_PAGE_SHIFT) -
+           cm_pagemap_leaf_of(address)->classes[cm_pagemap_index(address)].span_pages;
+}
 static inline cm_span *cm_pagemap_lookup(const void *address)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(address);
@@ -199,6 +205,9 @@ void cm_page_heap_fork(int phase);
 unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
+#ifdef CM_MIDDLE_OWNER
+void cm_central_take_runs(unsigned size_class, void *run, uint32_t count);
+#endif
 void cm_central_drain(void);
 void cm_central_tick(uint64_t now);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
@@ -210,9 +219,23 @@ void cm_central_fork(int phase);
 
 #ifdef CM_MIDDLE_OWNER
 /* remote.c: the owners' mailboxes (MIDDLE=owner), a stack per slot and size class */
+/* What a freeing thread gathers for one owner: objects prepended one by one, cut into runs of
+ * one span each (internal.h, "runs"). Zeroed to start. A post links the oldest run, the
+ * chain's bottom, to what the mailbox holds: its last object's link and its head's header. */
+typedef struct cm_remote_chain {
+    void *top;          /* the newest object: the chain's first and the newest run's head */
+    void *run_last;     /* the newest run's last object */
+    void *run_next;     /* what run_last links to: the previous run's head, or NULL */
+    uintptr_t run_span; /* the newest run's span, as its first page */
+    uint32_t run_count; /* objects in the newest run */
+    uint32_t count;     /* objects in all runs */
+    void *bottom_head;  /* the oldest run's head, set once that run is finished */
+    void *bottom_last;  /* the oldest run's last object: the first one added */
+} cm_remote_chain;
 unsigned cm_remote_open(void);
-bool cm_remote_post(unsigned slot, unsigned size_class, void *first, void *last, uint32_t count,
-                    uint32_t most);
+void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
+                         uintptr_t span_page);
+bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);
 void cm_remote_close(unsigned slot);
 void cm_remote_release(unsigned slot);
@@ -398,6 +421,43 @@ static inline uint32_t cm_free_list_length(const cm_free_list *list)
 {
     return list->max_length - (uint32_t)list->room;
 }
+
+#ifdef CM_MIDDLE_OWNER
+/* ---- runs (MIDDLE=owner) -------------------------------------------------------------------
+ * A run is a list of free objects of one span posted together to an owner's mailbox
+ * (remote.c); the runs of a mailbox are linked into one list (a run's last object links to the
+ * next run's head), so the mailbox is still a plain list to whoever walks it. In classes of at
+ * least CM_RUN_MIN_SIZE bytes a run's first object, its head, carries after its link and free
+ * mark the run's length and last object (word 2) and the next run's head (word 3), encoded as
+ * links are: the owner gives a run back to its span by reading its head only
+ * (central_cache.c's cm_central_take_runs), not by walking objects another core wrote last. */
+#define CM_RUN_MIN_SIZE 32
+#define CM_RUN_MOST     0xffffu /* objects in a run: 16 bits of word 2 */
+static inline bool cm_class_has_run_headers(unsigned size_class)
+{
+    return cm_classes[size_class].size >= CM_RUN_MIN_SIZE;
+}
+static inline void cm_run_set_next(void *head, void *next)
+{
+    uintptr_t *word = (uintptr_t *)head + 3;
+    *word = (uintptr_t)next ^ ((uintptr_t)word ^ cm_list_key);
+}
+static inline void cm_run_set_header(void *head, uint32_t count, void *last, void *next)
+{
+    uintptr_t *word = (uintptr_t *)head + 2;
+    *word = ((uintptr_t)last << 16 | count) ^ ((uintptr_t)word ^ cm_list_key);
+    cm_run_set_next(head, next);
+}
+/* The next run's head; *count and *last get the run's length and last object, unchecked. */
+static inline void *cm_run_header(const void *head, uint32_t *count, void **last)
+{
+    const uintptr_t *word = (const uintptr_t *)head + 2;
+    uintptr_t length_last = word[0] ^ ((uintptr_t)&word[0] ^ cm_list_key);
+    *count = (uint32_t)(length_last & CM_RUN_MOST);
+    *last = (void *)(length_last >> 16);
+    return (void *)(word[1] ^ ((uintptr_t)&word[1] ^ cm_list_key));
+}
+#endif
 
 #pragma GCC visibility pop
 

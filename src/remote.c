@@ -8,12 +8,17 @@
  * gives objects back (thread_cache.c's send_home), those of spans another live cache owns are
  * posted here, a run per owner.
  * A slot has one mailbox word per size class: a stack of the objects posted to it and their
- * count, in one 64-bit word, so a post is one compare-and-swap (the poster links its run's
- * last object to the top it read) and the owner's take is one compare-and-swap that hands over
- * the whole stack with its length: it becomes the owner's empty free list as it is, with no
- * object read. (The mailboxes were once one stack per slot, of every class, which the owner
- * walked to sort: each object another core had just written cost a cache miss, 35% of
- * xmalloc_bench's time under `perf record`.)
+ * count, in one 64-bit word, so a post is one compare-and-swap (the poster links its chain's
+ * bottom to the top it read) and the owner's take is one compare-and-swap that hands over the
+ * whole stack with its length. A poster cuts what it sends into runs, one span's objects each,
+ * and in classes of CM_RUN_MIN_SIZE bytes and up writes each run's length, last object and
+ * successor into its first object (internal.h, "runs"): the owner gives every run back to its
+ * span by reading that header alone, and spans that came back whole are carved again from
+ * their start (central_cache.c's cm_central_take_runs). In the 16-byte class the stack becomes
+ * the owner's empty list as it is. (The mailboxes were once one stack per slot, of every
+ * class, which the owner walked to sort: each object another core had just written cost a
+ * cache miss, 35% of xmalloc_bench's time under `perf record`; then a stack per class used
+ * as the list, whose pops chased those same links: 59%.)
  * Word: top << 16 | count << 1 | open. top is the stack's first object (below 2^48, as every
  * address the pagemap covers), count at most COUNT_MOST, open set while the slot has an owner;
  * a closed word refuses posts and keeps what it holds for whoever closed it.
@@ -25,7 +30,8 @@
  * the fork: closed for good, its objects kept whole, never reused, for
  * cm_remote_take_left_behind).
  * Invariants: every object in a mailbox carries the free mark and counts as used in its span;
- * a word's stack holds exactly its count of objects of its class and ends in NULL; bytes is at
+ * a word's stack holds exactly its count of objects of its class and ends in NULL, and (a LEFT
+ * slot's excepted) its runs' headers add up to that count; bytes is at
  * most CM_REMOTE_MAILBOX_BYTES plus one post (posts above it are refused), so an owner that
  * stops allocating strands a bounded amount; only the owner (or, once closed, the closer) takes,
  * so takes and pushes need no ABA guard (pushes only add on top, and what is below the top a
@@ -90,26 +96,59 @@ unsigned cm_remote_open(void)
     return 0;
 }
 
-/* Posts the run first..last (count linked, marked objects of size_class) to slot's owner;
- * false when the slot has no owner, its mailbox is over its bound or its word would hold more
- * than most objects: the caller keeps the run (last's link may have changed). */
-bool cm_remote_post(unsigned slot, unsigned size_class, void *first, void *last, uint32_t count,
-                    uint32_t most)
+/* The newest run is done: its head gets its header (internal.h, "runs"). */
+static void finish_run(cm_remote_chain *chain, unsigned size_class)
 {
-    CM_ASSERT(most <= COUNT_MOST && count > 0);
+    if (chain->run_next == NULL)
+        chain->bottom_head = chain->top;
+    if (cm_class_has_run_headers(size_class))
+        cm_run_set_header(chain->top, chain->run_count, chain->run_last, chain->run_next);
+}
+
+/* Prepends object (a marked object of size_class, in the span starting at span_page) to the
+ * chain: onto the newest run when it is of the same span, else as a new run's first. */
+void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
+                         uintptr_t span_page)
+{
+    if (chain->count > 0 && span_page == chain->run_span && chain->run_count < CM_RUN_MOST) {
+        chain->run_count++;
+    } else {
+        if (chain->count > 0)
+            finish_run(chain, size_class);
+        else
+            chain->bottom_last = object;
+        chain->run_last = object;
+        chain->run_next = chain->top;
+        chain->run_span = span_page;
+        chain->run_count = 1;
+    }
+    cm_link_relink(object, chain->top);
+    chain->top = object;
+    chain->count++;
+}
+
+/* Posts the chain (of marked objects of size_class) to slot's owner; false when the slot has
+ * no owner, its mailbox is over its bound or its word would hold more than most objects: the
+ * caller keeps the chain, a list from top whose bottom_last's link it sets. */
+bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most)
+{
+    CM_ASSERT(most <= COUNT_MOST && chain->count > 0);
     mailbox *box = &boxes[slot];
     if (atomic_load_explicit(&box->bytes, memory_order_relaxed) > (int64_t)CM_REMOTE_MAILBOX_BYTES)
         return false;
+    finish_run(chain, size_class);
     _Atomic uint64_t *word = &box->words[size_class];
     uint64_t seen = atomic_load_explicit(word, memory_order_relaxed);
     do {
-        if (!(seen & WORD_OPEN) || word_count(seen) + count > most)
+        if (!(seen & WORD_OPEN) || word_count(seen) + chain->count > most)
             return false;
-        cm_link_relink(last, word_top(seen));
+        cm_link_relink(chain->bottom_last, word_top(seen));
+        if (cm_class_has_run_headers(size_class))
+            cm_run_set_next(chain->bottom_head, word_top(seen));
     } while (!atomic_compare_exchange_weak_explicit(
-        word, &seen, word_of(first, word_count(seen) + count, WORD_OPEN), memory_order_release,
-        memory_order_relaxed));
-    atomic_fetch_add_explicit(&box->bytes, (int64_t)(count * cm_classes[size_class].size),
+        word, &seen, word_of(chain->top, word_count(seen) + chain->count, WORD_OPEN),
+        memory_order_release, memory_order_relaxed));
+    atomic_fetch_add_explicit(&box->bytes, (int64_t)(chain->count * cm_classes[size_class].size),
                               memory_order_relaxed);
     return true;
 }
@@ -197,22 +236,47 @@ bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own)
             return true;
     if (own == 0 || own != forked_slot)
         return false;
-    /* Only the owner takes: out, search, and what is left posted back. */
+    /* Only the owner takes: out, search, and what is left posted back (in runs again: the
+     * unlink may have cut one), or, over the mailbox's bound, to the central cache. */
     uint32_t count;
     void *list = cm_remote_take(own, size_class, &count);
     bool found = cm_list_unlink(&list, object, count, size_class);
-    count -= found;
-    void *last = list;
-    for (uint32_t i = 1; i < count; i++)
-        last = cm_link_next_checked(last);
-    if (count > 0)
-        cm_remote_post(own, size_class, list, last, count, COUNT_MOST);
+    cm_remote_chain chain = {0};
+    for (void *next; list != NULL; list = next) {
+        next = cm_link_next_checked(list);
+        cm_remote_chain_add(&chain, size_class, list, cm_pagemap_span_page(list));
+    }
+    if (chain.count > 0 && !cm_remote_post(own, size_class, &chain, COUNT_MOST)) {
+        cm_link_relink(chain.bottom_last, NULL);
+        cm_central_flush(size_class, chain.top, chain.count);
+    }
     return found;
 }
 
+/* True when the runs of a valid list of count objects of size_class have headers that add
+ * up: each names its last object, in its head's span, and the next run's head. */
+static bool runs_valid(unsigned size_class, void *list, uint32_t count)
+{
+    if (!cm_class_has_run_headers(size_class))
+        return true;
+    uint32_t seen = 0;
+    for (void *run = list; run != NULL;) {
+        uint32_t n;
+        void *last, *next = cm_run_header(run, &n, &last), *object = run;
+        for (uint32_t i = 1; i < n && object != NULL; i++)
+            object = cm_link_next(object);
+        if (n == 0 || n > count - seen || object != last || cm_link_next(last) != next ||
+            cm_pagemap_span_page(last) != cm_pagemap_span_page(run))
+            return false;
+        seen += n;
+        run = next;
+    }
+    return seen == count;
+}
+
 /* Checks the caller's own mailbox (own: its slot): open, every word open, its stack its count
- * of free objects of its class. Only the owner takes, so the stacks below the tops read here
- * stay as they are while they are walked. */
+ * of free objects of its class in runs whose headers add up. Only the owner takes, so the
+ * stacks below the tops read here stay as they are while they are walked. */
 bool cm_remote_valid(unsigned own)
 {
     if (own == 0)
@@ -223,7 +287,8 @@ bool cm_remote_valid(unsigned own)
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         uint64_t word = atomic_load_explicit(&box->words[size_class], memory_order_acquire);
         if (!(word & WORD_OPEN) ||
-            !cm_object_list_valid(size_class, word_top(word), word_count(word)))
+            !cm_object_list_valid(size_class, word_top(word), word_count(word)) ||
+            !runs_valid(size_class, word_top(word), word_count(word)))
             return false;
     }
     return true;

@@ -35,10 +35,12 @@
  * the owner of the spans the cache fills from. The fast paths do not look at it: a free of
  * another cache's object is pushed on this thread's list like any other. What a list gives
  * back (overflow, budget, idle lists, exit) is sent home: the objects of spans another live
- * cache owns posted to that owner's mailbox for the class, a run per owner, the rest to the
- * central cache as before. An allocation miss takes the mailbox of its class, whole, as its
- * list, before it asks the central cache; an idle list's mailbox goes to the central cache
- * with it. Exit and the orphan sweep close the mailboxes and give back what they held.
+ * cache owns posted to that owner's mailbox for the class, a chain of runs per owner, the rest
+ * to the central cache as before. An allocation miss takes the mailbox of its class, whole,
+ * before it asks the central cache: its runs go back to their spans (the 16-byte class's
+ * mailbox becomes the list as it is), and the fill that follows asks for up to CM_FILL_BYTES,
+ * carving what came back whole; an idle list's mailbox goes to the central cache with it.
+ * Exit and the orphan sweep close the mailboxes and give back what they held.
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -81,6 +83,21 @@ static uint32_t list_cap(unsigned size_class)
     uint32_t by_bytes = (uint32_t)(CM_LIST_BYTES_MAX / cm_classes[size_class].size);
     uint32_t cap = by_bytes < CM_LIST_OBJECTS_MAX ? by_bytes : CM_LIST_OBJECTS_MAX;
     return cap > batch ? cap : batch;
+}
+
+/* The most objects one fill asks for. MIDDLE=owner: a batch, or CM_FILL_BYTES of small
+ * objects (the runs a mailbox gives back leave spans to carve, and each fill is a lock and a
+ * drain of the carving's stores: at 32 objects of 64 B per fill, producer/consumer spent a
+ * third of its time on fills). */
+static uint32_t fill_most(unsigned size_class)
+{
+    uint32_t batch = cm_classes[size_class].batch;
+#ifdef CM_MIDDLE_OWNER
+    uint32_t by_bytes = (uint32_t)(CM_FILL_BYTES / cm_classes[size_class].size);
+    return by_bytes > batch ? by_bytes : batch;
+#else
+    return batch;
+#endif
 }
 
 /* Claims up to want bytes of the global budget; returns what it got. */
@@ -169,12 +186,15 @@ static void unregister(cm_thread_cache *cache)
 
 #ifdef CM_MIDDLE_OWNER
 /* ---- remote frees (MIDDLE=owner; remote.c has the mailboxes) ------------------------------ */
-/* What slot's mailbox holds for size_class goes to the central cache. */
+/* What slot's mailbox holds for size_class goes to the central cache: in classes with run
+ * headers, each run to its span without a walk. */
 static void give_back_mailbox(unsigned slot, unsigned size_class)
 {
     uint32_t count;
     void *list = cm_remote_take(slot, size_class, &count);
-    if (count > 0)
+    if (count > 0 && cm_class_has_run_headers(size_class))
+        cm_central_take_runs(size_class, list, count);
+    else if (count > 0)
         cm_central_flush(size_class, list, count);
 }
 
@@ -206,9 +226,11 @@ static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
         give_back_mailbox(cache->slot, size_class);
 }
 
-/* On an allocation miss: the mailbox of the empty list's class becomes the list as it is, with
- * no object read (the list grows to hold it; the budget is kept after the pop, as after a
- * fill). True when it held objects. */
+/* On an allocation miss: the mailbox of the empty list's class, whole. In classes with run
+ * headers its runs go back to their spans (the fill that follows carves what came back
+ * whole, writing its links in order); below, it becomes the list as it is, with no object read
+ * (the list grows to hold it; the budget is kept after the pop, as after a fill). True when it
+ * became the list. */
 static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
     uint32_t count;
@@ -216,6 +238,10 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
     if (mail == NULL)
         return false;
     CM_ASSERT(cm_object_list_valid(size_class, mail, count));
+    if (cm_class_has_run_headers(size_class)) {
+        cm_central_take_runs(size_class, mail, count);
+        return false;
+    }
     cm_free_list *list = &cache->lists[size_class];
     if (count > list->max_length)
         set_max_length(cache, size_class, count);
@@ -224,24 +250,24 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
     return true;
 }
 
-/* What a list gives back (a NULL-terminated run of count objects of size_class) goes home:
- * the objects of spans another live cache owns posted to it, one run per owner, the rest to
- * the central cache as before. So a remote free costs the freeing thread a push onto its own
- * list, as a local one does, and its share of one compare-and-swap when that list overflows. */
+/* What a list gives back (a NULL-terminated list of count objects of size_class) goes home:
+ * the objects of spans another live cache owns posted to it, one chain of runs per owner, the
+ * rest to the central cache as before. So a remote free costs the freeing thread a push onto
+ * its own list, as a local one does, and its share of one compare-and-swap when that list
+ * overflows. */
 static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
 {
     struct {
-        void *first, *last;
-        uint32_t count;
+        cm_remote_chain chain;
         unsigned slot; /* 0 while unused */
-    } runs[CM_REMOTE_DESTINATIONS] = {{0}};
+    } homes[CM_REMOTE_DESTINATIONS] = {0};
     void *central = NULL;
     uint32_t kept = 0;
     while (list != NULL) {
         void *object = list;
         list = cm_link_next_checked(object);
         unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner, i = 0;
-        while (i < CM_REMOTE_DESTINATIONS && runs[i].slot != owner && runs[i].slot != 0)
+        while (i < CM_REMOTE_DESTINATIONS && homes[i].slot != owner && homes[i].slot != 0)
             i++;
         if (owner == 0 || owner == cache->slot || i == CM_REMOTE_DESTINATIONS) {
             cm_link_relink(object, central);
@@ -249,20 +275,17 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
             kept++;
             continue;
         }
-        runs[i].slot = owner;
-        cm_link_relink(object, runs[i].first);
-        if (runs[i].first == NULL)
-            runs[i].last = object;
-        runs[i].first = object;
-        runs[i].count++;
+        homes[i].slot = owner;
+        cm_remote_chain_add(&homes[i].chain, size_class, object, cm_pagemap_span_page(object));
     }
-    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && runs[i].slot != 0; i++)
-        if (!cm_remote_post(runs[i].slot, size_class, runs[i].first, runs[i].last, runs[i].count,
-                            list_cap(size_class))) {
-            cm_link_relink(runs[i].last, central); /* its owner is gone or has enough waiting */
-            central = runs[i].first;
-            kept += runs[i].count;
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && homes[i].slot != 0; i++) {
+        cm_remote_chain *chain = &homes[i].chain;
+        if (!cm_remote_post(homes[i].slot, size_class, chain, list_cap(size_class))) {
+            cm_link_relink(chain->bottom_last, central); /* its owner is gone or has enough */
+            central = chain->top;
+            kept += chain->count;
         }
+    }
     CM_ASSERT(kept <= count);
     (void)count; /* for the debug build's check */
     if (kept > 0)
@@ -541,14 +564,14 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         return head;
     }
     cm_free_list *list = &cache->lists[size_class];
-    const uint32_t batch = cm_classes[size_class].batch;
     if (list->head == NULL && !take_mailbox(cache, size_class)) {
         uint64_t now = cm_os_now_ms();
         release_idle_lists(cache, now);
         grow(cache, size_class);
         if (over_budget(cache, 0))
             scavenge(cache, 0);
-        uint32_t want = list->max_length < batch ? list->max_length : batch;
+        uint32_t most = fill_most(size_class);
+        uint32_t want = list->max_length < most ? list->max_length : most;
         cm_central_tick(now);
         unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head, owner_slot(cache));
         if (n == 0)

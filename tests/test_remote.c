@@ -37,6 +37,31 @@ static void on_another_thread(void *(*body)(void *), void *arg)
     assert_int_equal(pthread_join(thread, NULL), 0);
 }
 
+#ifdef CM_MIDDLE_OWNER
+/* Posts a list taken from slot's mailbox back to it, cut into runs again. */
+static void post_back(unsigned slot, unsigned size_class, void *list, uint32_t count)
+{
+    cm_remote_chain chain = {0};
+    for (void *next; list != NULL; list = next) {
+        next = cm_link_next(list);
+        cm_remote_chain_add(&chain, size_class, list, cm_pagemap_span_page(list));
+    }
+    assert_int_equal(chain.count, count);
+    if (count > 0)
+        assert_true(cm_remote_post(slot, size_class, &chain, CM_LIST_OBJECTS_MAX));
+}
+
+/* Objects waiting in the calling thread's mailbox for size_class, counted and put back. */
+static uint32_t mailbox_count(unsigned size_class)
+{
+    unsigned slot = cm_thread_cache_current->slot;
+    uint32_t count;
+    void *mail = cm_remote_take(slot, size_class, &count);
+    post_back(slot, size_class, mail, count);
+    return count;
+}
+#endif
+
 /* Objects of the class out of its spans beyond those in the transfer cache, once the calling
  * thread gave back all it holds: the program's blocks and other threads' caches. */
 static size_t held_out(unsigned size_class)
@@ -69,24 +94,23 @@ static void remote_frees_come_back(void **state)
     unsigned slot = cm_thread_cache_current->slot, found = 0;
     assert_true(slot != 0);
     uint32_t count;
-    void *mail = cm_remote_take(slot, c, &count), *last = NULL;
+    void *mail = cm_remote_take(slot, c, &count);
     for (void *p = mail; p != NULL; p = cm_link_next(p), found++) {
         bool ours = false;
         for (int j = 0; j < BLOCKS && !ours; j++)
             ours = p == blocks[j];
         if (!ours)
             fail_msg("%p in the mailbox is not one of the freed blocks", p);
-        last = p;
     }
     assert_int_equal(found, BLOCKS);
     assert_int_equal(count, BLOCKS);
-    assert_true(cm_remote_post(slot, c, mail, last, count, CM_LIST_OBJECTS_MAX));
-    /* The next allocation's miss takes them before it asks the central cache. */
+    post_back(slot, c, mail, count);
+    assert_true(cm_heap_check()); /* the runs' headers add up */
+    /* The next allocation's miss takes them (to their spans) before it fills. */
+    size_t cached, out = cm_central_objects_out(c, &cached);
     void *first = malloc(SIZE);
-    bool ours = false;
-    for (int j = 0; j < BLOCKS && !ours; j++)
-        ours = first == blocks[j];
-    assert_true(ours);
+    assert_int_equal(mailbox_count(c), 0);
+    assert_true(cm_central_objects_out(c, &cached) < out);
     free(first);
 #endif
     assert_true(cm_heap_check());
@@ -194,19 +218,6 @@ static void a_remote_double_free_is_reported(void **state)
 }
 
 #ifdef CM_MIDDLE_OWNER
-/* Objects waiting in the calling thread's mailbox for size_class, counted and put back. */
-static uint32_t mailbox_count(unsigned size_class)
-{
-    unsigned slot = cm_thread_cache_current->slot;
-    uint32_t count;
-    void *mail = cm_remote_take(slot, size_class, &count), *last = mail;
-    for (uint32_t i = 1; i < count; i++)
-        last = cm_link_next(last);
-    if (count > 0)
-        assert_true(cm_remote_post(slot, size_class, mail, last, count, CM_LIST_OBJECTS_MAX));
-    return count;
-}
-
 /* Another thread frees far more of this thread's blocks of one class than its list may hold:
  * the mailbox takes no more than that (the rest goes the central way), and none is lost. */
 #define MANY      2000
@@ -359,6 +370,79 @@ static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **st
 }
 #endif
 
+#ifdef CM_MIDDLE_OWNER
+/* Another thread frees whole spans of this thread's blocks, in the order they were carved:
+ * when this thread's next miss takes its mailbox, the runs go back to their spans without a
+ * walk, and the spans that came back whole return to the page heap. */
+#define WHOLE_SIZE 64
+#define WHOLE      2048
+static void *whole[WHOLE];
+
+static void *free_whole(void *arg) /* arg: how many, from the first */
+{
+    for (intptr_t i = 0; i < (intptr_t)arg; i++)
+        free(whole[i]);
+    return NULL;
+}
+
+static void spans_that_come_back_whole_return_to_the_page_heap(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(WHOLE_SIZE);
+    size_t span_bytes = (size_t)cm_classes[c].pages * CM_PAGE_SIZE;
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = 0;
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(WHOLE_SIZE);
+    for (int i = 0; i < WHOLE; i++)
+        whole[i] = malloc(WHOLE_SIZE);
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(WHOLE_SIZE); /* the next allocation misses */
+    on_another_thread(free_whole, (void *)(intptr_t)WHOLE);
+    assert_int_equal(mailbox_count(c), WHOLE);
+    size_t free_before, free_after, released, large, count;
+    cm_page_heap_counters(&free_before, &released, &large, &count);
+    size_t released_before = released;
+    void *next = malloc(WHOLE_SIZE);
+    cm_page_heap_counters(&free_after, &released, &large, &count);
+    size_t spans_back = (free_after + released - free_before - released_before) / span_bytes;
+    printf("whole spans: %zu of the %zu spans of %d blocks of %d B back in the page heap\n",
+           spans_back, WHOLE * (size_t)WHOLE_SIZE / span_bytes, WHOLE, WHOLE_SIZE);
+    assert_int_equal(mailbox_count(c), 0);
+    assert_true(spans_back + 2 >= WHOLE * (size_t)WHOLE_SIZE / span_bytes); /* the first, the next */
+    assert_true(cm_heap_check());
+    free(next);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_int_equal(held_out(c), before);
+}
+
+/* A run header overwritten while the run waits (a write to freed memory): the owner's take
+ * reports the list as corrupted instead of splicing objects into the wrong span. */
+static void corrupt_a_run_header(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(WHOLE_SIZE);
+    for (int i = 0; i < 64; i++)
+        whole[i] = malloc(WHOLE_SIZE);
+    on_another_thread(free_whole, (void *)(intptr_t)64);
+    uint32_t count;
+    void *mail = cm_remote_take(cm_thread_cache_current->slot, c, &count);
+    assert_true(count == 64);
+    announce(mail);
+    ((uintptr_t *)mail)[2] ^= (uintptr_t)1 << 20; /* the run's last object moves */
+    cm_central_take_runs(c, mail, count);
+}
+
+static void a_corrupted_run_header_is_reported(void **state)
+{
+    (void)state;
+    child_spec spec = {.body = corrupt_a_run_header};
+    expect_report(&spec, "cmalloc: corrupted free list at %p");
+}
+#endif
+
 int main(void)
 {
     start_watchdog("test_remote", 120);
@@ -373,6 +457,8 @@ int main(void)
         cmocka_unit_test(a_mailbox_holds_no_more_than_a_list),
         cmocka_unit_test(an_idle_class_mailbox_is_given_back),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
+        cmocka_unit_test(spans_that_come_back_whole_return_to_the_page_heap),
+        cmocka_unit_test(a_corrupted_run_header_is_reported),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
