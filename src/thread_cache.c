@@ -36,7 +36,8 @@
  * another cache's object is pushed on this thread's list like any other. What a list gives
  * back (overflow, budget, idle lists, exit) is sent home: the objects of spans another live
  * cache owns posted to that owner's mailbox for the class, a chain of runs per owner, the rest
- * to the central cache as before. An allocation miss takes the mailbox of its class, whole,
+ * to the central cache as before (a list making room for a free keeps that rest when it is
+ * less than a batch). An allocation miss takes the mailbox of its class, whole,
  * before it asks the central cache: its runs go back to their spans (the 16-byte class's
  * mailbox becomes the list as it is), and the fill that follows asks for up to CM_FILL_BYTES,
  * carving what came back whole; an idle list's mailbox goes to the central cache with it.
@@ -72,7 +73,8 @@ static pthread_key_t exit_key;
 static bool have_exit_key; /* pthread_key_create can fail: all keys taken */
 
 static void grow(cm_thread_cache *cache, unsigned size_class);
-static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count);
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
+                      bool keep_own);
 static cm_thread_cache *cache_for_thread(void);
 static bool over_budget(const cm_thread_cache *cache, size_t pending);
 static bool fits_after_growing(cm_thread_cache *cache, size_t pending);
@@ -135,8 +137,11 @@ static void set_max_length(cm_thread_cache *cache, unsigned size_class, uint32_t
 }
 
 /* Flushes count objects from the head of a list to the central cache, in whole batches where
- * it can (a full batch lands in the transfer cache, ready for another thread). */
-static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_t count)
+ * it can (a full batch lands in the transfer cache, ready for another thread). keep_own (a
+ * list making room for a free, count at most a batch): MIDDLE=owner may put back what was not
+ * sent to other owners (send_home). */
+static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_t count,
+                            bool keep_own)
 {
     cm_free_list *list = &cache->lists[size_class];
     const uint32_t batch = cm_classes[size_class].batch;
@@ -148,7 +153,7 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
             last = cm_link_next_checked(last);
         list->head = cm_link_next_checked(last);
         cm_link_set(last, NULL);
-        send_home(cache, size_class, head, n);
+        send_home(cache, size_class, head, n, keep_own);
         count -= n;
     }
 }
@@ -156,7 +161,7 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
 static void release_all(cm_thread_cache *cache)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
-        release_objects(cache, size_class, cm_free_list_length(&cache->lists[size_class]));
+        release_objects(cache, size_class, cm_free_list_length(&cache->lists[size_class]), false);
         publish(cache, size_class);
     }
 }
@@ -255,13 +260,14 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
  * rest to the central cache as before. So a remote free costs the freeing thread a push onto
  * its own list, as a local one does, and its share of one compare-and-swap when that list
  * overflows. */
-static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
+                      bool keep_own)
 {
     struct {
         cm_remote_chain chain;
         unsigned slot; /* 0 while unused */
     } homes[CM_REMOTE_DESTINATIONS] = {0};
-    void *central = NULL;
+    void *central = NULL, *central_last = NULL;
     uint32_t kept = 0;
     while (list != NULL) {
         void *object = list;
@@ -271,6 +277,8 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
             i++;
         if (owner == 0 || owner == cache->slot || i == CM_REMOTE_DESTINATIONS) {
             cm_link_relink(object, central);
+            if (central == NULL)
+                central_last = object;
             central = object;
             kept++;
             continue;
@@ -282,12 +290,23 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
         cm_remote_chain *chain = &homes[i].chain;
         if (!cm_remote_post(homes[i].slot, size_class, chain, list_cap(size_class))) {
             cm_link_relink(chain->bottom_last, central); /* its owner is gone or has enough */
+            if (central == NULL)
+                central_last = chain->bottom_last;
             central = chain->top;
             kept += chain->count;
         }
     }
     CM_ASSERT(kept <= count);
-    (void)count; /* for the debug build's check */
+    if (keep_own && kept > 0 && kept < count && kept < cm_classes[size_class].batch) {
+        /* Part of a batch would reach the central cache, which only takes whole ones into its
+         * transfer cache and walks the rest onto their spans under the lock: it stays on the
+         * list instead, to leave in a whole batch of the cache's own objects later. */
+        cm_free_list *own = &cache->lists[size_class];
+        cm_link_relink(central_last, own->head);
+        own->head = central;
+        own->room -= (int32_t)kept;
+        return;
+    }
     if (kept > 0)
         cm_central_flush(size_class, central, kept);
 }
@@ -342,9 +361,10 @@ static bool take_left_behind_remote(void *object, unsigned size_class)
     (void)object, (void)size_class;
     return false;
 }
-static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count)
+static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
+                      bool keep_own)
 {
-    (void)cache;
+    (void)cache, (void)keep_own;
     cm_central_flush(size_class, list, count);
 }
 static void flush_remote(cm_thread_cache *cache)
@@ -505,7 +525,7 @@ static void scavenge(cm_thread_cache *cache, size_t pending)
             cm_free_list *list = &cache->lists[size_class];
             uint32_t max_length = list->max_length / 2, length = cm_free_list_length(list);
             if (length > max_length)
-                release_objects(cache, size_class, length - max_length);
+                release_objects(cache, size_class, length - max_length, false);
             set_max_length(cache, size_class, max_length);
             publish(cache, size_class);
         }
@@ -531,7 +551,7 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
         }
         release_idle_mailbox(cache, size_class); /* an unused class's mail too, list or not */
         if (list->head != NULL) {
-            release_objects(cache, size_class, cm_free_list_length(list));
+            release_objects(cache, size_class, cm_free_list_length(list), false);
             set_max_length(cache, size_class, 0);
             publish(cache, size_class);
             cache->idle_head[size_class] = NULL;
@@ -604,7 +624,7 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
     cm_free_list *list = &cache->lists[size_class];
     if (list->room == 0) {
         const uint32_t batch = cm_classes[size_class].batch, length = cm_free_list_length(list);
-        release_objects(cache, size_class, length < batch ? length : batch);
+        release_objects(cache, size_class, length < batch ? length : batch, true);
         if (list->max_length < batch)
             set_max_length(cache, size_class, list->max_length + 1);
     }

@@ -3,9 +3,12 @@
  * rounds of threads freeing each other's blocks as they come and go, a second
  * free of a block another thread freed is reported, and the heap checks hold throughout.
  * Under MIDDLE=owner also: the blocks come back to the thread that allocated them (its
- * mailbox, not the central cache), and a forked child may free again what another thread had
- * freed before the fork, wherever it waits (that thread's list or the forking thread's
- * mailbox: glibc's child does, tests/programs/fork_dlopen_tls.c). */
+ * mailbox, not the central cache), in runs whose spans, when whole, go back to the page heap
+ * on the owner's next miss; a run header overwritten is reported; a list making room keeps
+ * what it does not send home rather than hand the central cache a part batch; and a forked
+ * child may free again what another thread had freed before the fork, wherever it waits
+ * (that thread's list or the forking thread's mailbox: glibc's child does,
+ * tests/programs/fork_dlopen_tls.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -418,6 +421,45 @@ static void spans_that_come_back_whole_return_to_the_page_heap(void **state)
     assert_int_equal(held_out(c), before);
 }
 
+/* A fresh thread frees its own blocks and this thread's in turn: each time its list makes
+ * room, this thread's half of the batch is posted here, and its own half stays on its list
+ * (to leave later as a whole batch) instead of reaching the spans as a part batch. */
+#define MIXED 200
+static void *mixed[2 * MIXED]; /* this thread's, then the other's */
+static size_t mixed_to_spans;
+
+static void *free_mixed(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(SIZE);
+    for (int i = MIXED; i < 2 * MIXED; i++)
+        mixed[i] = malloc(SIZE);
+    cm_central_drain(); /* the transfer cache has room for every whole batch to come */
+    size_t cached, before = cm_central_objects_out(c, &cached);
+    for (int i = 0; i < MIXED; i++) {
+        free(mixed[i]);
+        free(mixed[MIXED + i]);
+    }
+    mixed_to_spans = before - cm_central_objects_out(c, &cached);
+    return NULL;
+}
+
+static void a_batch_half_sent_home_keeps_the_other_half(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(SIZE);
+    size_t before = held_out(c);
+    for (int i = 0; i < MIXED; i++)
+        mixed[i] = malloc(SIZE);
+    on_another_thread(free_mixed, NULL);
+    printf("mixed frees: %zu objects went to spans, %u wait in this thread's mailbox\n",
+           mixed_to_spans, mailbox_count(c));
+    assert_int_equal(mixed_to_spans, 0);
+    assert_true(mailbox_count(c) > 0);
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
 /* A run header overwritten while the run waits (a write to freed memory): the owner's take
  * reports the list as corrupted instead of splicing objects into the wrong span. */
 static void corrupt_a_run_header(void *arg)
@@ -459,6 +501,7 @@ int main(void)
         cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
         cmocka_unit_test(spans_that_come_back_whole_return_to_the_page_heap),
         cmocka_unit_test(a_corrupted_run_header_is_reported),
+        cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
