@@ -6,19 +6,19 @@
  * field of every span it carves objects from (the span's owner is the cache that last took
  * objects from it). A free is pushed on the freeing thread's own list as ever; when that list
  * gives objects back (thread_cache.c's send_home), those of spans another live cache owns are
- * posted here, a run per owner.
+ * posted here, a chain of runs per owner.
  * A slot has one mailbox word per size class: a stack of the objects posted to it and their
  * count, in one 64-bit word, so a post is one compare-and-swap (the poster links its chain's
  * bottom to the top it read) and the owner's take is one compare-and-swap that hands over the
  * whole stack with its length. A poster cuts what it sends into runs, one span's objects each,
  * and in classes of CM_RUN_MIN_SIZE bytes and up writes each run's length, last object and
- * successor into its first object (internal.h, "runs"): the owner gives every run back to its
- * span by reading that header alone, and spans that came back whole are carved again from
- * their start (central_cache.c's cm_central_take_runs). In the 16-byte class the stack becomes
- * the owner's empty list as it is. (The mailboxes were once one stack per slot, of every
- * class, which the owner walked to sort: each object another core had just written cost a
- * cache miss, 35% of xmalloc_bench's time under `perf record`; then a stack per class used
- * as the list, whose pops chased those same links: 59%.)
+ * successor into its first object (internal.h, "runs"): when the runs are long, the owner
+ * gives every run back to its span by reading that header alone, and spans that came back
+ * whole are carved again from their start (central_cache.c's cm_central_take_runs); else, and
+ * in the 16-byte class, the stack becomes the owner's empty list as it is. (The mailboxes were
+ * once one stack per slot, of every class, which the owner walked to sort: each object another
+ * core had just written cost a cache miss, 35% of xmalloc_bench's time under `perf record`;
+ * then a stack per class always used as the list, whose pops chased those same links: 59%.)
  * Word: top << 16 | count << 1 | open. top is the stack's first object (below 2^48, as every
  * address the pagemap covers), count at most COUNT_MOST, open set while the slot has an owner;
  * a closed word refuses posts and keeps what it holds for whoever closed it.
@@ -251,6 +251,20 @@ bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own)
         cm_central_flush(size_class, chain.top, chain.count);
     }
     return found;
+}
+
+/* The number of runs in a mailbox's stack of count objects, from their headers (unchecked:
+ * cm_central_take_runs checks them). */
+uint32_t cm_remote_runs(void *list, uint32_t count)
+{
+    uint32_t runs = 0, seen = 0;
+    for (void *run = list; run != NULL && seen < count; runs++) {
+        uint32_t n;
+        void *last;
+        run = cm_run_header(run, &n, &last);
+        seen += n > 0 ? n : 1;
+    }
+    return runs;
 }
 
 /* True when the runs of a valid list of count objects of size_class have headers that add

@@ -38,9 +38,10 @@
  * cache owns posted to that owner's mailbox for the class, a chain of runs per owner, the rest
  * to the central cache as before (a list making room for a free keeps that rest when it is
  * less than a batch). An allocation miss takes the mailbox of its class, whole,
- * before it asks the central cache: its runs go back to their spans (the 16-byte class's
- * mailbox becomes the list as it is), and the fill that follows asks for up to CM_FILL_BYTES,
- * carving what came back whole; an idle list's mailbox goes to the central cache with it.
+ * before it asks the central cache: long runs go back to their spans and the fill that
+ * follows asks for up to CM_FILL_BYTES, carving what came back whole; short ones (and the
+ * 16-byte class's) become the list as they are. An idle list's mailbox goes to the central
+ * cache with it.
  * Exit and the orphan sweep close the mailboxes and give back what they held.
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
@@ -231,11 +232,11 @@ static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
         give_back_mailbox(cache->slot, size_class);
 }
 
-/* On an allocation miss: the mailbox of the empty list's class, whole. In classes with run
- * headers its runs go back to their spans (the fill that follows carves what came back
- * whole, writing its links in order); below, it becomes the list as it is, with no object read
- * (the list grows to hold it; the budget is kept after the pop, as after a fill). True when it
- * became the list. */
+/* On an allocation miss: the mailbox of the empty list's class, whole. When its runs are long
+ * (CM_RUN_LONG objects on average, by their headers) they go back to their spans, and the
+ * fill that follows carves what came back whole, writing its links in order; else (and in the
+ * 16-byte class) it becomes the list as it is (the list grows to hold it; the budget is kept
+ * after the pop, as after a fill). True when it became the list. */
 static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
     uint32_t count;
@@ -243,7 +244,8 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
     if (mail == NULL)
         return false;
     CM_ASSERT(cm_object_list_valid(size_class, mail, count));
-    if (cm_class_has_run_headers(size_class)) {
+    if (cm_class_has_run_headers(size_class) &&
+        count >= CM_RUN_LONG * cm_remote_runs(mail, count)) {
         cm_central_take_runs(size_class, mail, count);
         return false;
     }

@@ -4,7 +4,8 @@
  * free of a block another thread freed is reported, and the heap checks hold throughout.
  * Under MIDDLE=owner also: the blocks come back to the thread that allocated them (its
  * mailbox, not the central cache), in runs whose spans, when whole, go back to the page heap
- * on the owner's next miss; a run header overwritten is reported; a list making room keeps
+ * on the owner's next miss (runs of a block or two become its list as they are); a run
+ * header overwritten is reported; a list making room keeps
  * what it does not send home rather than hand the central cache a part batch; and a forked
  * child may free again what another thread had freed before the fork, wherever it waits
  * (that thread's list or the forking thread's mailbox: glibc's child does,
@@ -413,9 +414,57 @@ static void spans_that_come_back_whole_return_to_the_page_heap(void **state)
     printf("whole spans: %zu of the %zu spans of %d blocks of %d B back in the page heap\n",
            spans_back, WHOLE * (size_t)WHOLE_SIZE / span_bytes, WHOLE, WHOLE_SIZE);
     assert_int_equal(mailbox_count(c), 0);
-    assert_true(spans_back + 2 >= WHOLE * (size_t)WHOLE_SIZE / span_bytes); /* the first, the next */
+    /* all but the first (shared with earlier blocks) and the one the fill took */
+    assert_true(spans_back + 2 >= WHOLE * (size_t)WHOLE_SIZE / span_bytes);
     assert_true(cm_heap_check());
     free(next);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_int_equal(held_out(c), before);
+}
+
+/* Another thread frees blocks of two spans in turn, so every run it sends holds one: this
+ * thread's next miss makes the mailbox its list as it is (runs that short seldom empty a
+ * span, and giving them back would only have the fill walk them out again). */
+static void *free_in_turn(void *arg)
+{
+    intptr_t half = (intptr_t)arg;
+    for (intptr_t i = 0; i < half; i++) {
+        free(whole[i]);
+        free(whole[WHOLE / 2 + i]);
+    }
+    return NULL;
+}
+
+static void short_runs_become_the_list(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(WHOLE_SIZE);
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = 0;
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(WHOLE_SIZE);
+    for (int i = 0; i < WHOLE; i++)
+        whole[i] = malloc(WHOLE_SIZE);
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(WHOLE_SIZE); /* the next allocation misses */
+    assert_true(cm_pagemap_span_page(whole[0]) != cm_pagemap_span_page(whole[WHOLE / 2]));
+    on_another_thread(free_in_turn, (void *)(intptr_t)100);
+    assert_int_equal(mailbox_count(c), 200);
+    size_t cached, out = cm_central_objects_out(c, &cached);
+    void *first = malloc(WHOLE_SIZE);
+    assert_int_equal(cm_central_objects_out(c, &cached), out); /* no span touched */
+    bool freed = false;
+    for (int i = 0; i < 100 && !freed; i++)
+        freed = first == whole[i] || first == whole[WHOLE / 2 + i];
+    assert_true(freed);
+    assert_true(cm_heap_check());
+    free(first);
+    for (int i = 100; i < WHOLE / 2; i++) {
+        free(whole[i]);
+        free(whole[WHOLE / 2 + i]);
+    }
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
     assert_int_equal(held_out(c), before);
@@ -500,6 +549,7 @@ int main(void)
         cmocka_unit_test(an_idle_class_mailbox_is_given_back),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
         cmocka_unit_test(spans_that_come_back_whole_return_to_the_page_heap),
+        cmocka_unit_test(short_runs_become_the_list),
         cmocka_unit_test(a_corrupted_run_header_is_reported),
         cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
 #endif
