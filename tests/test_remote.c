@@ -66,6 +66,22 @@ static uint32_t mailbox_count(unsigned size_class)
 }
 #endif
 
+/* Allocates count blocks of size with this thread's list of their class empty before and
+ * after, so that the blocks come from fills and the next allocation misses; what the list
+ * held and what the fills brought beyond the blocks go to keep (4096 at most): returns how
+ * many, for the caller to free. */
+static unsigned allocate_before_a_miss(size_t size, void **out, int count, void **keep)
+{
+    unsigned c = cm_size_class(size), kept = 0;
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(size);
+    for (int i = 0; i < count; i++)
+        out[i] = malloc(size);
+    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+        keep[kept++] = malloc(size);
+    return kept;
+}
+
 /* Objects of the class out of its spans beyond those in the transfer cache, once the calling
  * thread gave back all it holds: the program's blocks and other threads' caches. */
 static size_t held_out(unsigned size_class)
@@ -85,13 +101,7 @@ static void remote_frees_come_back(void **state)
     unsigned c = cm_size_class(SIZE);
     size_t before = held_out(c);
     void *keep[4096];
-    unsigned kept = 0;
-    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
-        keep[kept++] = malloc(SIZE); /* this thread's list empty: the next miss shows */
-    for (int i = 0; i < BLOCKS; i++)
-        blocks[i] = malloc(SIZE);
-    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
-        keep[kept++] = malloc(SIZE); /* what the fills brought beyond the blocks */
+    unsigned kept = allocate_before_a_miss(SIZE, blocks, BLOCKS, keep);
     on_another_thread(free_blocks, NULL);
 #ifdef CM_MIDDLE_OWNER
     /* Every block is in this thread's mailbox: taken out, counted, put back. */
@@ -396,13 +406,7 @@ static void spans_that_come_back_whole_return_to_the_page_heap(void **state)
     size_t span_bytes = (size_t)cm_classes[c].pages * CM_PAGE_SIZE;
     size_t before = held_out(c);
     void *keep[4096];
-    unsigned kept = 0;
-    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
-        keep[kept++] = malloc(WHOLE_SIZE);
-    for (int i = 0; i < WHOLE; i++)
-        whole[i] = malloc(WHOLE_SIZE);
-    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
-        keep[kept++] = malloc(WHOLE_SIZE); /* the next allocation misses */
+    unsigned kept = allocate_before_a_miss(WHOLE_SIZE, whole, WHOLE, keep);
     on_another_thread(free_whole, (void *)(intptr_t)WHOLE);
     assert_int_equal(mailbox_count(c), WHOLE);
     size_t free_before, free_after, released, large, count;
@@ -442,13 +446,7 @@ static void short_runs_become_the_list(void **state)
     unsigned c = cm_size_class(WHOLE_SIZE);
     size_t before = held_out(c);
     void *keep[4096];
-    unsigned kept = 0;
-    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
-        keep[kept++] = malloc(WHOLE_SIZE);
-    for (int i = 0; i < WHOLE; i++)
-        whole[i] = malloc(WHOLE_SIZE);
-    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
-        keep[kept++] = malloc(WHOLE_SIZE); /* the next allocation misses */
+    unsigned kept = allocate_before_a_miss(WHOLE_SIZE, whole, WHOLE, keep);
     assert_true(cm_pagemap_span_page(whole[0]) != cm_pagemap_span_page(whole[WHOLE / 2]));
     on_another_thread(free_in_turn, (void *)(intptr_t)100);
     assert_int_equal(mailbox_count(c), 200);
