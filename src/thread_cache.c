@@ -261,10 +261,17 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
  * the objects of spans another live cache owns posted to it, one chain of runs per owner, the
  * rest to the central cache as before. So a remote free costs the freeing thread a push onto
  * its own list, as a local one does, and its share of one compare-and-swap when that list
- * overflows. */
+ * overflows. A list that was mostly the thread's own objects has the next CM_UNSORTED_LISTS
+ * of the class go to the central cache whole, unsorted: a thread that frees what it allocates
+ * (larson, the rpmalloc-style row) does not pay the sort's pagemap reads on every list. */
 static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
                       bool keep_own)
 {
+    if (cache->unsorted[size_class] > 0) { /* the last sorted list was mostly its own */
+        cache->unsorted[size_class]--;
+        cm_central_flush(size_class, list, count);
+        return;
+    }
     struct {
         cm_remote_chain chain;
         unsigned slot; /* 0 while unused */
@@ -299,6 +306,8 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
         }
     }
     CM_ASSERT(kept <= count);
+    if (2 * kept > count) /* mostly its own (or no live owner's): the next few go unsorted */
+        cache->unsorted[size_class] = CM_UNSORTED_LISTS;
     if (keep_own && kept > 0 && kept < count && kept < cm_classes[size_class].batch) {
         /* Part of a batch would reach the central cache, which only takes whole ones into its
          * transfer cache and walks the rest onto their spans under the lock: it stays on the

@@ -6,7 +6,8 @@
  * mailbox, not the central cache), in runs whose spans, when whole, go back to the page heap
  * on the owner's next miss (runs of a block or two become its list as they are); a run
  * header overwritten is reported; a list making room keeps
- * what it does not send home rather than hand the central cache a part batch; and a forked
+ * what it does not send home rather than hand the central cache a part batch, and lists of
+ * mostly a thread's own objects are not sorted by owner; and a forked
  * child may free again what another thread had freed before the fork, wherever it waits
  * (that thread's list or the forking thread's mailbox: glibc's child does,
  * tests/programs/fork_dlopen_tls.c). */
@@ -369,6 +370,8 @@ static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **st
     assert_int_equal(pthread_create(&thread, NULL, allocate_and_stay, NULL), 0);
     while (!atomic_load(&allocated))
         cm_os_yield();
+    /* This thread's earlier lists were mostly its own: sorted by owner from the first again. */
+    cm_thread_cache_current->unsorted[cm_size_class(SIZE)] = 0;
     for (int i = 0; i < HANDED; i++)
         free(handed[i]);
     cm_thread_cache_flush_current(); /* every one posted, none left on this thread's list */
@@ -507,6 +510,53 @@ static void a_batch_half_sent_home_keeps_the_other_half(void **state)
     assert_int_equal(held_out(c), before);
 }
 
+/* A thread whose list gave back a batch of its own objects sends the next few lists to the
+ * central cache as they are, without sorting them by owner. Its list is driven to exact
+ * overflows: emptied, filled with its own blocks, one more (a batch of its own goes back,
+ * sorted: the countdown starts), then this thread's blocks until the next overflow (that
+ * batch goes back unsorted: the countdown moves on). */
+#define OWN_MANY 4096
+static void *own_many[OWN_MANY];
+static uint32_t own_room, countdown_after_own, countdown_after_next; /* for the main thread:
+                                                                         cmocka asserts there */
+
+static void *free_own_then_others(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(SIZE), batch = cm_classes[c].batch;
+    for (int i = 0; i < OWN_MANY; i++)
+        own_many[i] = malloc(SIZE);
+    cm_thread_cache_flush_current();
+    cm_thread_cache_current->unsorted[c] = 0;
+    uint32_t room = own_room = (uint32_t)cm_thread_cache_current->lists[c].room, freed = 0;
+    if (room < batch || room + 1 >= OWN_MANY)
+        return NULL;
+    while (freed <= room)
+        free(own_many[freed++]);
+    countdown_after_own = cm_thread_cache_current->unsorted[c];
+    for (unsigned i = 0; i < batch; i++)
+        free(mixed[i]);
+    countdown_after_next = cm_thread_cache_current->unsorted[c];
+    for (int i = (int)freed; i < OWN_MANY; i++)
+        free(own_many[i]);
+    return NULL;
+}
+
+static void mostly_own_lists_are_not_sorted(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(SIZE);
+    size_t before = held_out(c);
+    for (unsigned i = 0; i < cm_classes[c].batch; i++)
+        mixed[i] = malloc(SIZE);
+    on_another_thread(free_own_then_others, NULL);
+    assert_true(own_room >= cm_classes[c].batch && own_room + 1 < OWN_MANY);
+    assert_int_equal(countdown_after_own, CM_UNSORTED_LISTS);
+    assert_int_equal(countdown_after_next, CM_UNSORTED_LISTS - 1);
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
 /* A run header overwritten while the run waits (a write to freed memory): the owner's take
  * reports the list as corrupted instead of splicing objects into the wrong span. */
 static void corrupt_a_run_header(void *arg)
@@ -550,6 +600,7 @@ int main(void)
         cmocka_unit_test(short_runs_become_the_list),
         cmocka_unit_test(a_corrupted_run_header_is_reported),
         cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
+        cmocka_unit_test(mostly_own_lists_are_not_sorted),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
