@@ -165,6 +165,15 @@ static inline uintptr_t cm_pagemap_span_page(const void *address)
     return ((uintptr_t)address >> CM_PAGE_SHIFT) -
            cm_pagemap_leaf_of(address)->classes[cm_pagemap_index(address)].span_pages;
 }
+#ifdef CM_MIDDLE_OWNER
+/* The slot that frees of the SMALL span holding address go to: a route, read racily (fills
+ * rewrite it under their class's lock). */
+static inline unsigned cm_pagemap_owner(const void *address)
+{
+    return __atomic_load_n(&cm_pagemap_leaf_of(address)->classes[cm_pagemap_index(address)].owner,
+                           __ATOMIC_RELAXED);
+}
+#endif
 static inline cm_span *cm_pagemap_lookup(const void *address)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(address);

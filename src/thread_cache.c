@@ -281,7 +281,7 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
     while (list != NULL) {
         void *object = list;
         list = cm_link_next_checked(object);
-        unsigned owner = cm_pagemap_leaf_of(object)->classes[cm_pagemap_index(object)].owner, i = 0;
+        unsigned owner = cm_pagemap_owner(object), i = 0;
         while (i < CM_REMOTE_DESTINATIONS && homes[i].slot != owner && homes[i].slot != 0)
             i++;
         if (owner == 0 || owner == cache->slot || i == CM_REMOTE_DESTINATIONS) {
