@@ -168,15 +168,17 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
     void *const first = run;
     cm_lock_acquire(&c->lock);
     while (run != NULL) {
+        /* Nothing read through a pointer before it is known to be a free object of the class:
+         * a header is free memory, which a stray write may have changed. */
+        if (!cm_is_free_object_of(size_class, run))
+            cm_report_corrupt_list(run);
+        cm_span *span = cm_span_of(run);
+        uintptr_t start = (uintptr_t)cm_span_start(span);
         uint32_t n;
         void *last, *next = cm_run_header(run, &n, &last);
-        cm_span *span = cm_span_of(run);
-        uintptr_t start = span ? (uintptr_t)cm_span_start(span) : 0;
-        if (span == NULL || span->state != CM_SPAN_SMALL || span->size_class != size_class ||
-            n == 0 || n > count || n > span->used ||
+        if (n == 0 || n > count || n > span->used ||
             (uintptr_t)last - start >= (uintptr_t)info->objects * info->size ||
-            ((uintptr_t)last - start) % info->size != 0 || !cm_object_is_free(run) ||
-            !cm_object_is_free(last))
+            ((uintptr_t)last - start) % info->size != 0 || !cm_object_is_free(last))
             cm_report_corrupt_list(run);
         cm_link_relink(last, span->free_objects);
         span->free_objects = run;

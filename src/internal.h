@@ -165,6 +165,13 @@ static inline uintptr_t cm_pagemap_span_page(const void *address)
     return ((uintptr_t)address >> CM_PAGE_SHIFT) -
            cm_pagemap_leaf_of(address)->classes[cm_pagemap_index(address)].span_pages;
 }
+/* The class of the SMALL span holding address (0: none, or an address the pagemap does not
+ * cover), from the pagemap alone. */
+static inline unsigned cm_pagemap_class_of(const void *address)
+{
+    cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(address);
+    return leaf ? leaf->classes[cm_pagemap_index(address)].size_class : 0;
+}
 #ifdef CM_MIDDLE_OWNER
 /* The slot that frees of the SMALL span holding address go to: a route, read racily (fills
  * rewrite it under their class's lock). */
@@ -245,7 +252,7 @@ unsigned cm_remote_open(void);
 void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
                          uintptr_t span_page);
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
-uint32_t cm_remote_runs(void *list, uint32_t count);
+uint32_t cm_remote_runs(unsigned size_class, void *list, uint32_t count);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);
 void cm_remote_close(unsigned slot);
 void cm_remote_release(unsigned slot);

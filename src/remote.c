@@ -253,12 +253,15 @@ bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own)
     return found;
 }
 
-/* The number of runs in a mailbox's stack of count objects, from their headers (unchecked:
- * cm_central_take_runs checks them). */
-uint32_t cm_remote_runs(void *list, uint32_t count)
+/* The number of runs in a mailbox's stack of count objects of size_class, from their headers
+ * (checked only so far as to read nothing outside the class's spans: cm_central_take_runs
+ * checks the rest); count when a header leads out of them. */
+uint32_t cm_remote_runs(unsigned size_class, void *list, uint32_t count)
 {
     uint32_t runs = 0, seen = 0;
     for (void *run = list; run != NULL && seen < count; runs++) {
+        if (cm_pagemap_class_of(run) != size_class)
+            return count;
         uint32_t n;
         void *last;
         run = cm_run_header(run, &n, &last);

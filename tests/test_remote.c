@@ -580,6 +580,29 @@ static void a_corrupted_run_header_is_reported(void **state)
     child_spec spec = {.body = corrupt_a_run_header};
     expect_report(&spec, "cmalloc: corrupted free list at %p");
 }
+
+/* The same with the next run's head pointed outside the heap: reported, not followed. */
+static void point_a_run_header_away(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(WHOLE_SIZE);
+    for (int i = 0; i < 64; i++)
+        whole[i] = malloc(WHOLE_SIZE);
+    on_another_thread(free_whole, (void *)(intptr_t)64);
+    uint32_t count;
+    void *mail = cm_remote_take(cm_thread_cache_current->slot, c, &count);
+    void *away = (void *)(uintptr_t)0x10000;
+    announce(away);
+    cm_run_set_next(mail, away);
+    cm_central_take_runs(c, mail, count);
+}
+
+static void a_run_header_pointing_away_is_reported(void **state)
+{
+    (void)state;
+    child_spec spec = {.body = point_a_run_header_away};
+    expect_report(&spec, "cmalloc: corrupted free list at %p");
+}
 #endif
 
 int main(void)
@@ -599,6 +622,7 @@ int main(void)
         cmocka_unit_test(spans_that_come_back_whole_return_to_the_page_heap),
         cmocka_unit_test(short_runs_become_the_list),
         cmocka_unit_test(a_corrupted_run_header_is_reported),
+        cmocka_unit_test(a_run_header_pointing_away_is_reported),
         cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
         cmocka_unit_test(mostly_own_lists_are_not_sorted),
 #endif
