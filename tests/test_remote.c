@@ -557,21 +557,26 @@ static void mostly_own_lists_are_not_sorted(void **state)
     assert_int_equal(held_out(c), before);
 }
 
+/* 64 blocks this thread allocated, freed by another thread: this thread's mailbox for their
+ * class, taken (*count objects). */
+static void *take_64_sent_home(uint32_t *count)
+{
+    for (int i = 0; i < 64; i++)
+        whole[i] = malloc(WHOLE_SIZE);
+    on_another_thread(free_whole, (void *)(intptr_t)64);
+    return cm_remote_take(cm_thread_cache_current->slot, cm_size_class(WHOLE_SIZE), count);
+}
+
 /* A run header overwritten while the run waits (a write to freed memory): the owner's take
  * reports the list as corrupted instead of splicing objects into the wrong span. */
 static void corrupt_a_run_header(void *arg)
 {
     (void)arg;
-    unsigned c = cm_size_class(WHOLE_SIZE);
-    for (int i = 0; i < 64; i++)
-        whole[i] = malloc(WHOLE_SIZE);
-    on_another_thread(free_whole, (void *)(intptr_t)64);
     uint32_t count;
-    void *mail = cm_remote_take(cm_thread_cache_current->slot, c, &count);
-    assert_true(count == 64);
+    void *mail = take_64_sent_home(&count);
     announce(mail);
     ((uintptr_t *)mail)[2] ^= (uintptr_t)1 << 20; /* the run's last object moves */
-    cm_central_take_runs(c, mail, count);
+    cm_central_take_runs(cm_size_class(WHOLE_SIZE), mail, count);
 }
 
 static void a_corrupted_run_header_is_reported(void **state)
@@ -585,16 +590,11 @@ static void a_corrupted_run_header_is_reported(void **state)
 static void point_a_run_header_away(void *arg)
 {
     (void)arg;
-    unsigned c = cm_size_class(WHOLE_SIZE);
-    for (int i = 0; i < 64; i++)
-        whole[i] = malloc(WHOLE_SIZE);
-    on_another_thread(free_whole, (void *)(intptr_t)64);
     uint32_t count;
-    void *mail = cm_remote_take(cm_thread_cache_current->slot, c, &count);
-    void *away = (void *)(uintptr_t)0x10000;
+    void *mail = take_64_sent_home(&count), *away = (void *)(uintptr_t)0x10000;
     announce(away);
     cm_run_set_next(mail, away);
-    cm_central_take_runs(c, mail, count);
+    cm_central_take_runs(cm_size_class(WHOLE_SIZE), mail, count);
 }
 
 static void a_run_header_pointing_away_is_reported(void **state)
