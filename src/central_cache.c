@@ -165,6 +165,7 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
 {
     central *c = &centrals[size_class];
     const cm_class_info *info = &cm_classes[size_class];
+    const uint32_t wake = (info->objects + CM_SPAN_WAKE_DIVISOR - 1) / CM_SPAN_WAKE_DIVISOR;
     void *const first = run;
     cm_lock_acquire(&c->lock);
     while (run != NULL) {
@@ -185,15 +186,8 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
         span->used -= n;
         c->objects_out -= n;
         count -= n;
-        if (span->used == 0) {
-            if (span->listed)
-                span_list_remove(c, span);
-            cm_page_heap_free(span);
-        } else if (!span->listed && span_free_count(span, info) >=
-                                        (info->objects + CM_SPAN_WAKE_DIVISOR - 1) /
-                                            CM_SPAN_WAKE_DIVISOR) {
-            span_list_add(c, span);
-        }
+        if (span->used == 0 || (!span->listed && span_free_count(span, info) >= wake))
+            span_settle_locked(c, span);
         run = next;
     }
     if (count != 0)

@@ -1670,7 +1670,7 @@ void cm_prof_init(void)
     if (cm_option.prof_leaks || cm_option.prof_dump || cm_option.prof_signal)
         cm_option.prof = 1;
     prof_mean = (double)cm_option.prof_rate; /* at least 1: options.c keeps the range */
-    if (cm_option.guard_rate > 1)            /* about GUARD_UNIT * rate bytes */
+    if (cm_option.guard_rate > 1) /* about GUARD_UNIT * rate bytes */
         guard_mean = GUARD_UNIT / (log_of(cm_option.guard_rate) - log_of(cm_option.guard_rate - 1));
     prof_on = cm_option.prof && tables_init();
     guard_on = cm_option.guard_rate && tables_init() &&

@@ -37,12 +37,12 @@
  * back (overflow, budget, idle lists, exit) is sent home: the objects of spans another live
  * cache owns posted to that owner's mailbox for the class, a chain of runs per owner, the rest
  * to the central cache as before (a list making room for a free keeps that rest when it is
- * less than a batch). An allocation miss takes the mailbox of its class, whole,
- * before it asks the central cache: long runs go back to their spans and the fill that
- * follows asks for up to CM_FILL_BYTES, carving what came back whole; short ones (and the
- * 16-byte class's) become the list as they are. An idle list's mailbox goes to the central
- * cache with it.
- * Exit and the orphan sweep close the mailboxes and give back what they held.
+ * less than a batch; after a list of mostly its own, the next few go unsorted). An allocation
+ * miss takes the mailbox of its class, whole, before it asks the central cache: long runs go
+ * back to their spans and the fill that follows asks for up to CM_FILL_BYTES, carving what
+ * came back whole; short ones (and the 16-byte class's) become the list as they are. An idle
+ * list's mailbox goes to the central cache with it. Exit and the orphan sweep close the
+ * mailboxes and give back what they held.
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -306,7 +306,7 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
         }
     }
     CM_ASSERT(kept <= count);
-    if (2 * kept > count) /* mostly its own (or no live owner's): the next few go unsorted */
+    if (2 * kept > count) /* mostly its own, no live owner's or refused: next few unsorted */
         cache->unsorted[size_class] = CM_UNSORTED_LISTS;
     if (keep_own && kept > 0 && kept < count && kept < cm_classes[size_class].batch) {
         /* Part of a batch would reach the central cache, which only takes whole ones into its
