@@ -11,6 +11,9 @@
  *                    space at the bump pointer), doubly linked; full spans are on no list,
  *                    nor (MIDDLE=owner) a full span that runs came back to until a
  *                    1/CM_SPAN_WAKE_DIVISOR of it is free (cm_central_take_runs).
+ *                    MIDDLE=owner: a span with room whose owner (the pagemap's slot) lives is
+ *                    on that owner's list instead of the shared one, and only its fills take
+ *                    from it; the owner's exit, or its leaving the class idle, shares them.
  *
  * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
  * time for a thread whose cache is gone, MIDDLE=owner: the runs of a mailbox), alloc.c (drain
@@ -39,6 +42,14 @@ typedef struct central {
 } __attribute__((aligned(64))) central;
 
 static central centrals[CM_CLASSES_MAX] = {[0 ... CM_CLASSES_MAX - 1] = {.lock = CM_LOCK_INIT}};
+#ifdef CM_MIDDLE_OWNER
+/* Each live owner's spans with room, per class, under the class's lock: only that owner's fills
+ * take from them, so a thread's objects share pages with no other live thread's (larson_bench
+ * at 2 threads: 83% of the windows' pages held both lanes' blocks when any fill could take any
+ * span). A slot's lists go to the shared ones when its cache is abandoned. */
+static cm_span *owned_spans[CM_REMOTE_SLOTS][CM_CLASSES_MAX];
+static _Atomic bool slot_owns[CM_REMOTE_SLOTS]; /* its spans go on its lists (an owner lives) */
+#endif
 /* The transfer caches' slots, apart from the locks and counters so that those stay on a few
  * pages (a fork's lock handover writes every class's lock: each page touched is copied). */
 static void *transfer[CM_CLASSES_MAX][CM_TRANSFER_SLOTS];               /* full batches */
@@ -69,14 +80,43 @@ static unsigned transfer_limit(central *c, unsigned size_class)
     return c->transfer_limit;
 }
 
-static void span_list_add(central *c, cm_span *span)
+/* The list span goes on: its owner's while the owner lives (MIDDLE=owner), else the class's. */
+static cm_span **list_for(central *c, cm_span *span, unsigned *owner)
+{
+#ifdef CM_MIDDLE_OWNER
+    *owner = cm_pagemap_owner(cm_span_start(span));
+    if (*owner != 0 && atomic_load_explicit(&slot_owns[*owner], memory_order_relaxed))
+        return &owned_spans[*owner][span->size_class];
+#endif
+    *owner = 0;
+    return &c->spans;
+}
+
+static cm_span **list_holding(central *c, const cm_span *span)
+{
+#ifdef CM_MIDDLE_OWNER
+    if (span->listed_owner != 0)
+        return &owned_spans[span->listed_owner][span->size_class];
+#endif
+    return &c->spans;
+}
+
+static void span_list_push(cm_span **head, cm_span *span, unsigned owner)
 {
     span->prev = NULL;
-    span->next = c->spans;
-    if (c->spans)
-        c->spans->prev = span;
-    c->spans = span;
+    span->next = *head;
+    if (*head)
+        (*head)->prev = span;
+    *head = span;
     span->listed = 1;
+    span->listed_owner = (uint16_t)owner;
+}
+
+static void span_list_add(central *c, cm_span *span)
+{
+    unsigned owner;
+    cm_span **head = list_for(c, span, &owner);
+    span_list_push(head, span, owner);
 }
 
 static void span_list_remove(central *c, cm_span *span)
@@ -84,7 +124,7 @@ static void span_list_remove(central *c, cm_span *span)
     if (span->prev)
         span->prev->next = span->next;
     else
-        c->spans = span->next;
+        *list_holding(c, span) = span->next;
     if (span->next)
         span->next->prev = span->prev;
     span->listed = 0;
@@ -196,6 +236,37 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
 }
 #endif
 
+#ifdef CM_MIDDLE_OWNER
+/* slot has an owner now: the spans its fills take are listed as its own. */
+void cm_central_own(unsigned slot)
+{
+    atomic_store_explicit(&slot_owns[slot], true, memory_order_relaxed);
+}
+
+/* slot's spans of size_class with room go to the shared list: its owner left the class unused
+ * for a release delay, so their free objects serve other threads' fills. */
+void cm_central_share(unsigned slot, unsigned size_class)
+{
+    central *c = &centrals[size_class];
+    cm_lock_acquire(&c->lock);
+    while (owned_spans[slot][size_class] != NULL) {
+        cm_span *span = owned_spans[slot][size_class];
+        span_list_remove(c, span);
+        span_list_push(&c->spans, span, 0);
+    }
+    cm_lock_release(&c->lock);
+}
+
+/* slot's owner is gone (its mailboxes already given back): its spans with room go to the shared
+ * lists, and so do spans that get room later, until the slot has an owner again. */
+void cm_central_disown(unsigned slot)
+{
+    atomic_store_explicit(&slot_owns[slot], false, memory_order_relaxed);
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+        cm_central_share(slot, size_class);
+}
+#endif
+
 /* Moves want objects of span onto *list (fewer when it runs out, a few more to end a pair of
  * cache lines); returns how many. Given-back objects come first, cut off the span's list as a
  * run: read but not rewritten, as they carry their links and marks already, and not even read
@@ -239,6 +310,18 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
     return taken;
 }
 
+/* The span a fill by owner takes from: one of its own with room, else one of the shared list,
+ * else a fresh one; NULL when memory is exhausted. */
+static cm_span *own_span(central *c, unsigned size_class, unsigned owner)
+{
+#ifdef CM_MIDDLE_OWNER
+    if (owner != 0 && owned_spans[owner][size_class] != NULL)
+        return owned_spans[owner][size_class];
+#endif
+    (void)owner;
+    return c->spans ? c->spans : span_new_locked(c, size_class);
+}
+
 /* Takes about count objects as a NULL-terminated list in *head; returns how many. When the
  * transfer cache holds a batch, returns that whole batch; objects carved from a span's
  * never-used space run to the end of a pair of cache lines: either may exceed count. From
@@ -263,12 +346,16 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsig
         return cm_classes[size_class].batch;
     }
     while (n < count) {
-        cm_span *span = c->spans ? c->spans : span_new_locked(c, size_class);
+        cm_span *span = own_span(c, size_class, owner);
         if (span == NULL)
             break;
         bool given_back = span->free_objects != NULL;
         n += span_take_locked(span, &cm_classes[size_class], count - n, &list);
-        cm_pagemap_set_owner(span, owner);
+        if (span->listed_owner != owner) { /* from the shared list: the filler's from now on */
+            span_list_remove(c, span);
+            cm_pagemap_set_owner(span, owner);
+            span_list_add(c, span);
+        }
         if (span->free_objects == NULL && span->bump >= span->limit)
             span_list_remove(c, span);
         if (given_back)
@@ -428,9 +515,30 @@ bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_lengt
     return n == expected_length;
 }
 
-/* Checks every class: listed spans have room and account for each object
- * (used + free + never used == objects per span), transfer batches are whole batches of the
- * class, and objects_out covers both. */
+/* True when every span on the list from head is a listed SMALL span of the class with room,
+ * each object accounted for (used + free + never used == objects per span); adds their used. */
+static bool span_list_valid(unsigned size_class, const cm_span *head, unsigned owner,
+                            size_t *listed_used)
+{
+    const cm_class_info *info = &cm_classes[size_class];
+    for (const cm_span *span = head; span; span = span->next) {
+        size_t free_count = 0;
+        for (void *o = span->free_objects; o && free_count <= info->objects; o = cm_link_next(o))
+            free_count++;
+        if (span->state != CM_SPAN_SMALL || span->size_class != size_class || !span->listed ||
+            span->listed_owner != owner || (!span->free_objects && span->bump >= span->limit) ||
+            span->used + free_count + (size_t)(span->limit - span->bump) / info->size !=
+                info->objects ||
+            !cm_object_list_valid(size_class, span->free_objects, free_count))
+            return false;
+        *listed_used += span->used;
+    }
+    return true;
+}
+
+/* Checks every class: listed spans (shared and, MIDDLE=owner, each owner's) have room and
+ * account for each object, transfer batches are whole batches of the class, and objects_out
+ * covers both. */
 bool cm_central_valid(void)
 {
     bool ok = true;
@@ -439,18 +547,11 @@ bool cm_central_valid(void)
         const cm_class_info *info = &cm_classes[size_class];
         size_t listed_used = 0;
         cm_lock_acquire(&c->lock);
-        for (cm_span *span = c->spans; span && ok; span = span->next) {
-            size_t free_count = 0;
-            for (void *o = span->free_objects; o && free_count <= info->objects;
-                 o = cm_link_next(o))
-                free_count++;
-            ok = span->state == CM_SPAN_SMALL && span->size_class == size_class && span->listed &&
-                 (span->free_objects || span->bump < span->limit) &&
-                 span->used + free_count + (size_t)(span->limit - span->bump) / info->size ==
-                     info->objects &&
-                 cm_object_list_valid(size_class, span->free_objects, free_count);
-            listed_used += span->used;
-        }
+        ok = span_list_valid(size_class, c->spans, 0, &listed_used);
+#ifdef CM_MIDDLE_OWNER
+        for (unsigned slot = 1; slot < CM_REMOTE_SLOTS && ok; slot++)
+            ok = span_list_valid(size_class, owned_spans[slot][size_class], slot, &listed_used);
+#endif
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
             ok = cm_object_list_valid(size_class, transfer[size_class][i], info->batch);
         /* Objects in transfer batches are also counted in their spans' used. */

@@ -220,16 +220,20 @@ static void abandon(cm_thread_cache *cache)
         return;
     cm_remote_close(cache->slot);
     flush_remote(cache);
+    cm_central_disown(cache->slot);
     cm_remote_release(cache->slot);
     cache->slot = 0;
 }
 
-/* A list that went unused for a release delay: its mailbox goes back too, so that what others
- * free to a class the thread no longer allocates does not wait there. */
+/* A list that went unused for a release delay: its mailbox goes back too, and its spans with
+ * room are shared, so that what others free to a class the thread no longer allocates does
+ * not wait there. */
 static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
-    if (cache->slot != 0)
+    if (cache->slot != 0) {
         give_back_mailbox(cache->slot, size_class);
+        cm_central_share(cache->slot, size_class);
+    }
 }
 
 /* On an allocation miss: the mailbox of the empty list's class, whole. When its runs are long
@@ -337,11 +341,14 @@ static unsigned owner_slot(const cm_thread_cache *cache)
     return cache->slot;
 }
 
-/* Forked child: a cache left behind closes its mailboxes for good, keeping what they held. */
+/* Forked child: a cache left behind closes its mailboxes for good, keeping what they held; its
+ * spans with room go to the shared lists (the central caches' locks are the child's again). */
 static void leave_slot_behind(cm_thread_cache *cache)
 {
-    if (cache->slot != 0)
+    if (cache->slot != 0) {
         cm_remote_leave_behind(cache->slot);
+        cm_central_disown(cache->slot);
+    }
 }
 
 static void fork_child_slot(void)
@@ -475,6 +482,8 @@ static CM_NOINLINE cm_thread_cache *create(void)
     cache->owner_pid = cm_os_process_id();
 #ifdef CM_MIDDLE_OWNER
     cache->slot = cm_remote_open();
+    if (cache->slot != 0)
+        cm_central_own(cache->slot);
 #endif
     atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
 

@@ -69,6 +69,8 @@ typedef struct cm_span {
     uint8_t state;          /* CM_SPAN_* */
     uint8_t released;       /* FREE: pages were given back to the OS (madvise) */
     uint8_t listed;         /* SMALL: on its central cache's list of spans with room */
+    uint16_t listed_owner;  /* SMALL, listed: MIDDLE=owner, the slot whose list it is on (0: the
+                               class's shared list) */
     uint64_t free_since_ms; /* FREE: when it became free, for release by age */
 } cm_span;
 

@@ -7,7 +7,8 @@
  * on the owner's next miss (runs of a block or two become its list as they are); a run
  * header overwritten is reported; a list making room keeps
  * what it does not send home rather than hand the central cache a part batch, and lists of
- * mostly a thread's own objects are not sorted by owner; and a forked
+ * mostly a thread's own objects are not sorted by owner; a live thread's spans are filled by
+ * it alone, and by anyone once it has exited; and a forked
  * child may free again what another thread had freed before the fork, wherever it waits
  * (that thread's list or the forking thread's mailbox: glibc's child does,
  * tests/programs/fork_dlopen_tls.c). */
@@ -603,6 +604,31 @@ static void a_run_header_pointing_away_is_reported(void **state)
     child_spec spec = {.body = point_a_run_header_away};
     expect_report(&spec, "cmalloc: corrupted free list at %p");
 }
+#define OWNED_SIZE 5000 /* a class no other test here allocates */
+static void *allocate_one_owned(void *arg)
+{
+    *(void **)arg = malloc(OWNED_SIZE);
+    return NULL;
+}
+
+/* The span a thread's fill took, with room left, is not another live thread's to fill from
+ * (their blocks would share pages); once its owner has exited it is anyone's again. */
+static void a_live_owners_spans_are_its_own(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(OWNED_SIZE);
+    void *mine = malloc(OWNED_SIZE), *theirs = NULL;
+    on_another_thread(allocate_one_owned, &theirs);
+    assert_ptr_not_equal(cm_span_of(theirs), cm_span_of(mine));
+    void *head;
+    unsigned n = cm_central_fill(c, 1, &head, 0); /* the shared list: the exited thread's span */
+    assert_true(n >= 1);
+    assert_ptr_equal(cm_span_of(head), cm_span_of(theirs));
+    cm_central_flush(c, head, n);
+    free(theirs);
+    free(mine);
+    assert_true(cm_heap_check());
+}
 #endif
 
 int main(void)
@@ -625,6 +651,7 @@ int main(void)
         cmocka_unit_test(a_run_header_pointing_away_is_reported),
         cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
         cmocka_unit_test(mostly_own_lists_are_not_sorted),
+        cmocka_unit_test(a_live_owners_spans_are_its_own),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
