@@ -88,6 +88,7 @@ static cm_span **list_for(central *c, cm_span *span, unsigned *owner)
     if (*owner != 0 && atomic_load_explicit(&slot_owns[*owner], memory_order_relaxed))
         return &owned_spans[*owner][span->size_class];
 #endif
+    (void)span;
     *owner = 0;
     return &c->spans;
 }
@@ -98,6 +99,7 @@ static cm_span **list_holding(central *c, const cm_span *span)
     if (span->listed_owner != 0)
         return &owned_spans[span->listed_owner][span->size_class];
 #endif
+    (void)span;
     return &c->spans;
 }
 

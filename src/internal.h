@@ -251,13 +251,14 @@ typedef struct cm_remote_chain {
     void *bottom_head;  /* the oldest run's head, set once that run is finished */
     void *bottom_last;  /* the oldest run's last object: the first one added */
 } cm_remote_chain;
-unsigned cm_remote_open(void);
+unsigned cm_remote_open(unsigned parked);
 void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
                          uintptr_t span_page);
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
 uint32_t cm_remote_runs(unsigned size_class, void *list, uint32_t count);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);
 void cm_remote_close(unsigned slot);
+void cm_remote_park(unsigned slot);
 void cm_remote_release(unsigned slot);
 size_t cm_remote_bytes(void);
 void cm_remote_leave_behind(unsigned slot);

@@ -134,6 +134,10 @@
  * most that much of what others freed. */
 #define CM_REMOTE_SLOTS         1024
 #define CM_REMOTE_DESTINATIONS  4
+/* Slots of exited caches kept, with the spans they own, for the next caches to start (a thread
+ * that replaces one that exited takes over its pages, as larson's and mstress's do); each is
+ * shared out after a release delay unused. */
+#define CM_PARKED_SLOTS         64
 #define CM_REMOTE_MAILBOX_BYTES ((size_t)2 << 20) /* a thread cache's default budget */
 /* What one fill of a thread cache's list asks for, when a batch is less (thread_cache.c's
  * fill_most): 256 objects of 64 B. xmalloc_bench ran 45M objects/s with fills of 128 objects,

@@ -42,7 +42,7 @@
 
 #include <stdatomic.h>
 
-enum { SLOT_FREE = 0, SLOT_OPEN, SLOT_LEFT };
+enum { SLOT_FREE = 0, SLOT_OPEN, SLOT_LEFT, SLOT_PARKED };
 
 #define WORD_OPEN  ((uint64_t)1)
 #define COUNT_MOST 0x7fffu
@@ -73,21 +73,31 @@ static inline uint32_t word_count(uint64_t word)
     return (uint32_t)(word >> 1) & COUNT_MOST;
 }
 
-unsigned cm_remote_open(void)
+/* Opens slot if it is in state from: its words open and empty. */
+static bool claim(unsigned slot, uint8_t from)
 {
+    mailbox *box = &boxes[slot];
+    if (!atomic_compare_exchange_strong(&box->state, &from, SLOT_OPEN))
+        return false;
+    unsigned touched = atomic_load_explicit(&slots_touched, memory_order_relaxed);
+    while (touched <= slot && !atomic_compare_exchange_weak(&slots_touched, &touched, slot + 1))
+        ;
+    atomic_store_explicit(&box->bytes, 0, memory_order_relaxed);
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+        atomic_store_explicit(&box->words[size_class], WORD_OPEN, memory_order_release);
+    return true;
+}
+
+/* A slot for a new cache: parked (cm_remote_park) when nonzero, else a free one; 0 when all
+ * are taken. */
+unsigned cm_remote_open(unsigned parked)
+{
+    if (parked != 0 && claim(parked, SLOT_PARKED))
+        return parked;
     unsigned start = atomic_load_explicit(&next_try, memory_order_relaxed);
     for (unsigned i = 0; i < CM_REMOTE_SLOTS - 1; i++) {
         unsigned slot = 1 + (start - 1 + i) % (CM_REMOTE_SLOTS - 1);
-        uint8_t expected = SLOT_FREE;
-        mailbox *box = &boxes[slot];
-        if (atomic_compare_exchange_strong(&box->state, &expected, SLOT_OPEN)) {
-            unsigned touched = atomic_load_explicit(&slots_touched, memory_order_relaxed);
-            while (touched <= slot &&
-                   !atomic_compare_exchange_weak(&slots_touched, &touched, slot + 1))
-                ;
-            atomic_store_explicit(&box->bytes, 0, memory_order_relaxed);
-            for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
-                atomic_store_explicit(&box->words[size_class], WORD_OPEN, memory_order_release);
+        if (claim(slot, SLOT_FREE)) {
             atomic_store_explicit(&next_try, slot + 1 < CM_REMOTE_SLOTS ? slot + 1 : 1,
                                   memory_order_relaxed);
             return slot;
@@ -180,7 +190,13 @@ void cm_remote_close(unsigned slot)
         atomic_fetch_and_explicit(&boxes[slot].words[size_class], ~WORD_OPEN, memory_order_acq_rel);
 }
 
-/* A closed slot whose words were all taken may be opened again. */
+/* A closed slot whose words were all taken waits for cm_remote_open(slot) alone. */
+void cm_remote_park(unsigned slot)
+{
+    atomic_store_explicit(&boxes[slot].state, SLOT_PARKED, memory_order_release);
+}
+
+/* A closed slot whose words were all taken (or a parked one) may be opened again by anyone. */
 void cm_remote_release(unsigned slot)
 {
     atomic_store_explicit(&boxes[slot].state, SLOT_FREE, memory_order_release);

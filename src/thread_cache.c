@@ -212,16 +212,84 @@ static void flush_remote(cm_thread_cache *cache)
             give_back_mailbox(cache->slot, size_class);
 }
 
-/* The cache's thread is gone: its mailboxes closed and what they held given back; frees of its
- * spans' objects go the central way until another cache takes from them. */
+/* ---- parked slots: an exited cache's slot and spans, for the next cache to start ----------
+ * A stack, newest on top, under parked_lock (taken inside registry_lock, outside the central
+ * caches' locks). A slot parked longer than a release delay, or pushed out by a newer one, is
+ * shared out: its spans go to the shared lists and the slot is free for anyone. */
+static cm_lock parked_lock = CM_LOCK_INIT;
+static unsigned parked_slots[CM_PARKED_SLOTS];
+static uint64_t parked_since_ms[CM_PARKED_SLOTS];
+static _Atomic unsigned parked_count;
+
+static void share_out_oldest_locked(void)
+{
+    unsigned count = atomic_load_explicit(&parked_count, memory_order_relaxed);
+    cm_central_disown(parked_slots[0]);
+    cm_remote_release(parked_slots[0]);
+    memmove(parked_slots, parked_slots + 1, (count - 1) * sizeof parked_slots[0]);
+    memmove(parked_since_ms, parked_since_ms + 1, (count - 1) * sizeof parked_since_ms[0]);
+    atomic_store_explicit(&parked_count, count - 1, memory_order_relaxed);
+}
+
+static void share_out_expired_locked(uint64_t now)
+{
+    while (atomic_load_explicit(&parked_count, memory_order_relaxed) > 0 &&
+           cm_option.release_delay_ms >= 0 &&
+           now - parked_since_ms[0] >= (uint64_t)cm_option.release_delay_ms)
+        share_out_oldest_locked();
+}
+
+/* Shares out the slots parked longer than a release delay; cheap when none is parked. */
+static void share_out_expired(uint64_t now)
+{
+    if (atomic_load_explicit(&parked_count, memory_order_relaxed) == 0)
+        return;
+    cm_lock_acquire(&parked_lock);
+    share_out_expired_locked(now);
+    cm_lock_release(&parked_lock);
+}
+
+/* slot's mailboxes are closed and given back: it waits, with its spans, for a new cache. */
+static void park_slot(unsigned slot)
+{
+    uint64_t now = cm_os_now_ms();
+    cm_lock_acquire(&parked_lock);
+    share_out_expired_locked(now);
+    if (atomic_load_explicit(&parked_count, memory_order_relaxed) == CM_PARKED_SLOTS)
+        share_out_oldest_locked();
+    unsigned count = atomic_load_explicit(&parked_count, memory_order_relaxed);
+    cm_remote_park(slot);
+    parked_slots[count] = slot;
+    parked_since_ms[count] = now;
+    atomic_store_explicit(&parked_count, count + 1, memory_order_relaxed);
+    cm_lock_release(&parked_lock);
+}
+
+/* The newest parked slot, taken off the stack (0: none), for a new cache to open. */
+static unsigned unpark_slot(void)
+{
+    unsigned slot = 0;
+    cm_lock_acquire(&parked_lock);
+    share_out_expired_locked(cm_os_now_ms());
+    unsigned count = atomic_load_explicit(&parked_count, memory_order_relaxed);
+    if (count > 0) {
+        slot = parked_slots[count - 1];
+        atomic_store_explicit(&parked_count, count - 1, memory_order_relaxed);
+    }
+    cm_lock_release(&parked_lock);
+    return slot;
+}
+
+/* The cache's thread is gone: its mailboxes closed and what they held given back, and the slot
+ * parked with its spans for the next cache to start; frees of its spans' objects go the
+ * central way meanwhile, onto the parked slot's lists. */
 static void abandon(cm_thread_cache *cache)
 {
     if (cache->slot == 0)
         return;
     cm_remote_close(cache->slot);
     flush_remote(cache);
-    cm_central_disown(cache->slot);
-    cm_remote_release(cache->slot);
+    park_slot(cache->slot);
     cache->slot = 0;
 }
 
@@ -351,6 +419,11 @@ static void leave_slot_behind(cm_thread_cache *cache)
     }
 }
 
+static void fork_parked(int phase)
+{
+    cm_lock_fork(&parked_lock, phase);
+}
+
 static void fork_child_slot(void)
 {
     cm_remote_fork_child(thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
@@ -373,6 +446,14 @@ static void leave_slot_behind(cm_thread_cache *cache)
 }
 static void fork_child_slot(void)
 {
+}
+static void share_out_expired(uint64_t now)
+{
+    (void)now;
+}
+static void fork_parked(int phase)
+{
+    (void)phase;
 }
 static bool take_left_behind_remote(void *object, unsigned size_class)
 {
@@ -481,7 +562,7 @@ static CM_NOINLINE cm_thread_cache *create(void)
     cache->owner_tid = cm_os_thread_id();
     cache->owner_pid = cm_os_process_id();
 #ifdef CM_MIDDLE_OWNER
-    cache->slot = cm_remote_open();
+    cache->slot = cm_remote_open(unpark_slot());
     if (cache->slot != 0)
         cm_central_own(cache->slot);
 #endif
@@ -563,6 +644,7 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
     if (cm_option.release_delay_ms < 0 || now < cache->idle_check_ms)
         return;
     cache->idle_check_ms = now + cm_release_interval_ms();
+    share_out_expired(now);
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (list->head != cache->idle_head[size_class]) {
@@ -735,7 +817,13 @@ void cm_thread_cache_init(void)
  * cm_thread_cache_take_left_behind. */
 void cm_thread_cache_fork(int phase)
 {
-    cm_lock_fork(&registry_lock, phase);
+    if (phase == CM_FORK_PREPARE) {
+        cm_lock_fork(&registry_lock, phase);
+        fork_parked(phase);
+    } else {
+        fork_parked(phase);
+        cm_lock_fork(&registry_lock, phase);
+    }
     if (phase != CM_FORK_CHILD)
         return;
     cm_thread_cache *cache = registry;

@@ -8,7 +8,8 @@
  * header overwritten is reported; a list making room keeps
  * what it does not send home rather than hand the central cache a part batch, and lists of
  * mostly a thread's own objects are not sorted by owner; a live thread's spans are filled by
- * it alone, and by anyone once it has exited; and a forked
+ * it alone, go with its slot to the next thread to start, and to anyone once they have waited
+ * a release delay; and a forked
  * child may free again what another thread had freed before the fork, wherever it waits
  * (that thread's list or the forking thread's mailbox: glibc's child does,
  * tests/programs/fork_dlopen_tls.c). */
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cmalloc.h"
 #include "internal.h"
@@ -605,27 +607,53 @@ static void a_run_header_pointing_away_is_reported(void **state)
     expect_report(&spec, "cmalloc: corrupted free list at %p");
 }
 #define OWNED_SIZE 5000 /* a class no other test here allocates */
+typedef struct {
+    void *block;   /* a block of OWNED_SIZE the thread allocated and left live */
+    unsigned slot; /* the thread's mailbox slot */
+} owned_note;
+
 static void *allocate_one_owned(void *arg)
 {
-    *(void **)arg = malloc(OWNED_SIZE);
+    owned_note *note = arg;
+    note->block = malloc(OWNED_SIZE);
+    note->slot = cm_thread_cache_current->slot;
+    return NULL;
+}
+
+static void *start_a_cache(void *arg)
+{
+    free(malloc(16));
+    *(unsigned *)arg = cm_thread_cache_current->slot;
     return NULL;
 }
 
 /* The span a thread's fill took, with room left, is not another live thread's to fill from
- * (their blocks would share pages); once its owner has exited it is anyone's again. */
+ * (their blocks would share pages). When the thread exits, the next thread to start takes over
+ * its slot and spans; once parked a release delay unused, they are anyone's. */
 static void a_live_owners_spans_are_its_own(void **state)
 {
     (void)state;
     unsigned c = cm_size_class(OWNED_SIZE);
-    void *mine = malloc(OWNED_SIZE), *theirs = NULL;
+    void *mine = malloc(OWNED_SIZE);
+    owned_note theirs = {0}, next = {0};
+    unsigned late_slot = 0;
     on_another_thread(allocate_one_owned, &theirs);
-    assert_ptr_not_equal(cm_span_of(theirs), cm_span_of(mine));
+    assert_ptr_not_equal(cm_span_of(theirs.block), cm_span_of(mine));
+    on_another_thread(allocate_one_owned, &next); /* starts after the first exited */
+    assert_int_not_equal(theirs.slot, 0);
+    assert_int_equal(next.slot, theirs.slot);
+    assert_ptr_equal(cm_span_of(next.block), cm_span_of(theirs.block));
+    assert_true(cm_option.release_delay_ms >= 0);
+    usleep((useconds_t)(cm_option.release_delay_ms + 100) * 1000);
+    on_another_thread(start_a_cache, &late_slot); /* shares the parked slot out */
+    assert_int_not_equal(late_slot, theirs.slot);
     void *head;
-    unsigned n = cm_central_fill(c, 1, &head, 0); /* the shared list: the exited thread's span */
+    unsigned n = cm_central_fill(c, 1, &head, 0); /* the shared list: the parked slot's span */
     assert_true(n >= 1);
-    assert_ptr_equal(cm_span_of(head), cm_span_of(theirs));
+    assert_ptr_equal(cm_span_of(head), cm_span_of(theirs.block));
     cm_central_flush(c, head, n);
-    free(theirs);
+    free(next.block);
+    free(theirs.block);
     free(mine);
     assert_true(cm_heap_check());
 }
