@@ -4,7 +4,8 @@
  *
  * Lock order (outer first); fork handlers take them in this order too, after glibc's stdio
  * list lock (os.c):
- *   pools -> a THREAD_SAFE pool -> thread-cache registry -> central cache[1..n] -> page heap
+ *   pools -> a THREAD_SAFE pool -> thread-cache registry -> parked slots (MIDDLE=owner)
+ *   -> central cache[1..n] -> page heap
  *   -> span structs -> pagemap -> metadata
  * check.c's quarantine lock is never held while taking another; fork takes it before the
  * registry.

@@ -42,7 +42,8 @@
  * back to their spans and the fill that follows asks for up to CM_FILL_BYTES, carving what
  * came back whole; short ones (and the 16-byte class's) become the list as they are. An idle
  * list's mailbox goes to the central cache with it. Exit and the orphan sweep close the
- * mailboxes and give back what they held.
+ * mailboxes, give back what they held and park the slot, with its spans, for the next cache
+ * to start (parked_lock, inside registry_lock).
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
