@@ -259,6 +259,7 @@ bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, 
 uint32_t cm_remote_runs(unsigned size_class, void *list, uint32_t count);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);
 void cm_remote_close(unsigned slot);
+bool cm_remote_slot_open(unsigned slot);
 void cm_remote_park(unsigned slot);
 void cm_remote_release(unsigned slot);
 size_t cm_remote_bytes(void);

@@ -138,6 +138,9 @@
  * that replaces one that exited takes over its pages, as larson's and mstress's do); each is
  * shared out after a release delay unused. */
 #define CM_PARKED_SLOTS         64
+/* Allocation misses a new cache fills without a slot while the one owning what it freed is
+ * still on its way to being parked (its thread exiting). */
+#define CM_SLOT_WAIT_MISSES 8
 #define CM_REMOTE_MAILBOX_BYTES ((size_t)2 << 20) /* a thread cache's default budget */
 /* What one fill of a thread cache's list asks for, when a batch is less (thread_cache.c's
  * fill_most): 256 objects of 64 B. xmalloc_bench ran 45M objects/s with fills of 128 objects,

@@ -106,6 +106,12 @@ unsigned cm_remote_open(unsigned parked)
     return 0;
 }
 
+/* Whether slot belongs to a live cache (or a parked one's thread is exiting). */
+bool cm_remote_slot_open(unsigned slot)
+{
+    return atomic_load_explicit(&boxes[slot].state, memory_order_relaxed) == SLOT_OPEN;
+}
+
 /* The newest run is done: its head gets its header (internal.h, "runs"). */
 static void finish_run(cm_remote_chain *chain, unsigned size_class)
 {

@@ -31,8 +31,9 @@
  * Fork: in the child the other threads' caches are left behind whole, never flushed or reused
  * (their lists may be half-updated); a free there of a block on one of their lists is its first
  * in the child (cm_thread_cache_take_left_behind).
- * MIDDLE=owner (remote.c): each cache holds a mailbox slot, which the central cache writes as
- * the owner of the spans the cache fills from. The fast paths do not look at it: a free of
+ * MIDDLE=owner (remote.c): each cache opens a mailbox slot at an early allocation miss (the
+ * parked slot owning what it has freed so far, when there is one), which the central cache
+ * writes as the owner of the spans the cache fills from. The fast paths do not look at it: a free of
  * another cache's object is pushed on this thread's list like any other. What a list gives
  * back (overflow, budget, idle lists, exit) is sent home: the objects of spans another live
  * cache owns posted to that owner's mailbox for the class, a chain of runs per owner, the rest
@@ -43,7 +44,7 @@
  * came back whole; short ones (and the 16-byte class's) become the list as they are. An idle
  * list's mailbox goes to the central cache with it. Exit and the orphan sweep close the
  * mailboxes, give back what they held and park the slot, with its spans, for the next cache
- * to start (parked_lock, inside registry_lock).
+ * that frees their objects, or else the next to open one (parked_lock, inside registry_lock).
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -266,19 +267,58 @@ static void park_slot(unsigned slot)
     cm_lock_release(&parked_lock);
 }
 
-/* The newest parked slot, taken off the stack (0: none), for a new cache to open. */
-static unsigned unpark_slot(void)
+/* A parked slot taken off the stack for a new cache to open: wanted when it is parked, else
+ * the newest, or 0 (none parked, or wanted not parked and newest_else false). */
+static unsigned unpark_slot(unsigned wanted, bool newest_else)
 {
     unsigned slot = 0;
     cm_lock_acquire(&parked_lock);
     share_out_expired_locked(cm_os_now_ms());
-    unsigned count = atomic_load_explicit(&parked_count, memory_order_relaxed);
-    if (count > 0) {
-        slot = parked_slots[count - 1];
+    unsigned count = atomic_load_explicit(&parked_count, memory_order_relaxed), at = count;
+    while (at > 0 && parked_slots[at - 1] != wanted)
+        at--;
+    if (at == 0 && newest_else)
+        at = count;
+    if (at > 0) {
+        slot = parked_slots[at - 1];
+        memmove(parked_slots + at - 1, parked_slots + at, (count - at) * sizeof parked_slots[0]);
+        memmove(parked_since_ms + at - 1, parked_since_ms + at,
+                (count - at) * sizeof parked_since_ms[0]);
         atomic_store_explicit(&parked_count, count - 1, memory_order_relaxed);
     }
     cm_lock_release(&parked_lock);
     return slot;
+}
+
+/* The slot owning what the cache has freed so far (0: nothing, or no owner). */
+static unsigned slot_freed_into(const cm_thread_cache *cache)
+{
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+        if (cache->lists[size_class].head != NULL)
+            return cm_pagemap_owner(cache->lists[size_class].head);
+    return 0;
+}
+
+/* A cache opens its slot on an allocation miss, not at its start: a thread that replaces one
+ * that exited and carries on with its data (larson's and mstress's lanes, a worker pool's) has
+ * freed some of it by then, and the parked slot that owns it is the one to take over. When
+ * that slot's thread is still on its way out (the new thread was started before it exited),
+ * the cache fills without a slot for up to CM_SLOT_WAIT_MISSES misses, waiting for it to be
+ * parked. Taking the newest parked slot at the start instead gave a third of larson's threads
+ * another lane's slot and pages. */
+static void open_slot_on_miss(cm_thread_cache *cache)
+{
+    if (CM_LIKELY(cache->slot_misses >= CM_SLOT_WAIT_MISSES))
+        return; /* open, or given up on */
+    unsigned wanted = slot_freed_into(cache);
+    bool last_try = ++cache->slot_misses >= CM_SLOT_WAIT_MISSES;
+    unsigned parked = unpark_slot(wanted, wanted == 0 || last_try);
+    if (parked == 0 && wanted != 0 && !last_try && cm_remote_slot_open(wanted))
+        return; /* its thread is exiting: try again on the next miss */
+    cache->slot_misses = CM_SLOT_WAIT_MISSES;
+    cache->slot = cm_remote_open(parked);
+    if (cache->slot != 0)
+        cm_central_own(cache->slot);
 }
 
 /* The cache's thread is gone: its mailboxes closed and what they held given back, and the slot
@@ -436,6 +476,10 @@ static bool take_left_behind_remote(void *object, unsigned size_class)
         object, size_class, thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
 }
 #else /* the central middle end: no slots, no mailboxes */
+static void open_slot_on_miss(cm_thread_cache *cache)
+{
+    (void)cache;
+}
 static unsigned owner_slot(const cm_thread_cache *cache)
 {
     (void)cache;
@@ -562,11 +606,6 @@ static CM_NOINLINE cm_thread_cache *create(void)
     cache->max_size = CM_THREAD_START_BUDGET;
     cache->owner_tid = cm_os_thread_id();
     cache->owner_pid = cm_os_process_id();
-#ifdef CM_MIDDLE_OWNER
-    cache->slot = cm_remote_open(unpark_slot());
-    if (cache->slot != 0)
-        cm_central_own(cache->slot);
-#endif
     atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
 
     cm_lock_acquire(&registry_lock);
@@ -644,8 +683,11 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
 {
     if (cm_option.release_delay_ms < 0 || now < cache->idle_check_ms)
         return;
+    bool first = cache->idle_check_ms == 0;
     cache->idle_check_ms = now + cm_release_interval_ms();
     share_out_expired(now);
+    if (first) /* a new cache's lists are empty, not idle: a parked slot's spans stay its own */
+        return;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (list->head != cache->idle_head[size_class]) {
@@ -686,6 +728,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         cm_object_hand_out(head);
         return head;
     }
+    open_slot_on_miss(cache);
     cm_free_list *list = &cache->lists[size_class];
     if (list->head == NULL && !take_mailbox(cache, size_class)) {
         uint64_t now = cm_os_now_ms();

@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -657,6 +658,84 @@ static void a_live_owners_spans_are_its_own(void **state)
     free(mine);
     assert_true(cm_heap_check());
 }
+
+#define TAKEOVER_SIZE 7000 /* classes no other test here allocates */
+#define KEPT_SIZE     12000
+typedef struct {
+    void *freed_later, *kept; /* blocks of TAKEOVER_SIZE and KEPT_SIZE the thread left */
+    unsigned slot;            /* the thread's mailbox slot */
+    sem_t allocated, go;      /* the thread has allocated; it may exit now */
+} leaving_note;
+
+static void *allocate_and_wait(void *arg)
+{
+    leaving_note *l = arg;
+    l->freed_later = malloc(TAKEOVER_SIZE);
+    l->kept = malloc(KEPT_SIZE);
+    l->slot = cm_thread_cache_current->slot;
+    sem_post(&l->allocated);
+    sem_wait(&l->go);
+    return NULL;
+}
+
+static void start_leaving(pthread_t *thread, leaving_note *l)
+{
+    sem_init(&l->allocated, 0, 0);
+    sem_init(&l->go, 0, 0);
+    assert_int_equal(pthread_create(thread, NULL, allocate_and_wait, l), 0);
+    sem_wait(&l->allocated);
+}
+
+static void leave(pthread_t thread, leaving_note *l)
+{
+    sem_post(&l->go);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+}
+
+typedef struct {
+    void *inherited; /* a block an exited thread left, freed first */
+    unsigned slot;   /* the slot this thread opened */
+} successor_note;
+
+static void *free_then_allocate(void *arg)
+{
+    successor_note *s = arg;
+    free(s->inherited);
+    free(malloc(16)); /* a miss in another class: the slot opens */
+    s->slot = cm_thread_cache_current->slot;
+    return NULL;
+}
+
+/* A new thread that frees what an exited one left takes over that thread's parked slot, not
+ * the newest one parked, and its first miss leaves the slot's spans its own (a new cache's
+ * empty lists are not idle lists). */
+static void a_successor_takes_over_the_slot_of_what_it_frees(void **state)
+{
+    (void)state;
+    unsigned kept_class = cm_size_class(KEPT_SIZE);
+    assert_int_not_equal(kept_class, 0);
+    assert_int_not_equal(kept_class, cm_size_class(TAKEOVER_SIZE));
+    pthread_t first_thread, second_thread;
+    leaving_note first = {0}, second = {0};
+    start_leaving(&first_thread, &first);
+    start_leaving(&second_thread, &second);
+    leave(first_thread, &first);   /* parked: first's slot */
+    leave(second_thread, &second); /* parked on top: second's, the newest */
+    assert_int_not_equal(first.slot, 0);
+    assert_int_not_equal(second.slot, first.slot);
+    successor_note next = {.inherited = first.freed_later};
+    on_another_thread(free_then_allocate, &next);
+    assert_int_equal(next.slot, first.slot);
+    void *head;
+    unsigned n = cm_central_fill(kept_class, 1, &head, 0); /* the shared list, or a fresh span */
+    assert_true(n >= 1);
+    assert_ptr_not_equal(cm_span_of(head), cm_span_of(first.kept));
+    cm_central_flush(kept_class, head, n);
+    free(first.kept);
+    free(second.kept);
+    free(second.freed_later);
+    assert_true(cm_heap_check());
+}
 #endif
 
 int main(void)
@@ -680,6 +759,7 @@ int main(void)
         cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
         cmocka_unit_test(mostly_own_lists_are_not_sorted),
         cmocka_unit_test(a_live_owners_spans_are_its_own),
+        cmocka_unit_test(a_successor_takes_over_the_slot_of_what_it_frees),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
