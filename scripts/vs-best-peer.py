@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""vs-best-peer - each cell of a matrix.csv against the fastest peer, and the geometric means.
+
+  scripts/vs-best-peer.py MATRIX.csv [--mine cmalloc,owner] [--peers jemalloc,tcmalloc,...]
+
+For every (workload, threads) cell that every allocator of --mine ran: each one's speed over
+the fastest --peers allocator's (ops/s; whole programs: 1 / wall time), and that peer. Then,
+over those cells, the geometric mean of each --mine allocator against the best peer, of each
+peer against the best of all the others (the --mine ones included), and each one's peak RSS
+against jemalloc's. The figures docs/DESIGN.md quotes as "against the best peer" come from it.
+Standard library only.
+"""
+import argparse
+import csv
+import math
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ap.add_argument("matrix")
+ap.add_argument("--mine", default="cmalloc")
+ap.add_argument("--peers", default="jemalloc,tcmalloc,mimalloc,snmalloc,mimalloc3")
+args = ap.parse_args()
+mine, peers = args.mine.split(","), args.peers.split(",")
+
+speed, rss = {}, {}
+for row in csv.DictReader(open(args.matrix)):
+    key = (row["workload"], int(row["threads"]), row["allocator"])
+    ops, wall = float(row["ops_per_sec"] or 0), float(row["wall_s"] or 0)
+    speed[key] = ops if ops > 0 else (1 / wall if wall > 0 else 0)
+    rss[key] = float(row["peak_rss_kib"] or 0)
+
+cells = sorted({(w, t) for w, t, _ in speed if all(speed.get((w, t, m), 0) > 0 for m in mine)})
+logs = {name: [] for name in mine + peers}
+rss_logs = {name: [] for name in mine + peers}
+print("%-22s %2s " % ("workload", "T") + "".join("%10s" % m for m in mine) + "  best peer")
+for w, t in cells:
+    ran = {a: speed[w, t, a] for a in mine + peers if speed.get((w, t, a), 0) > 0}
+    best_peer = max((a for a in peers if a in ran), key=ran.get, default=None)
+    if best_peer is None:
+        continue
+    print("%-22s %2d " % (w, t) + "".join("%10.2f" % (ran[m] / ran[best_peer]) for m in mine) +
+          "  %s %.3g" % (best_peer, ran[best_peer]))
+    for name in ran:
+        others = [ran[a] for a in (peers if name in mine else mine + peers) if a in ran and a != name]
+        if others:
+            logs[name].append(math.log(ran[name] / max(others)))
+        if rss.get((w, t, "jemalloc"), 0) > 0 and rss.get((w, t, name), 0) > 0:
+            rss_logs[name].append(math.log(rss[w, t, name] / rss[w, t, "jemalloc"]))
+for name in mine + peers:
+    if logs[name]:
+        print("%-10s %s %.3f over %d cells; peak RSS x jemalloc %.3f" % (
+            name, "vs best peer " if name in mine else "vs best other",
+            math.exp(sum(logs[name]) / len(logs[name])), len(logs[name]),
+            math.exp(sum(rss_logs[name]) / len(rss_logs[name]))))
