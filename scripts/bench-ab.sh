@@ -1,0 +1,78 @@
+#!/bin/bash
+# bench-ab.sh - builds head to head on the remote-free rows, interleaved, in a minute or two.
+#
+#   scripts/bench-ab.sh [--reps N] [--seconds S] [--rows a,b,...] NAME=LIB.so [NAME=LIB.so ...]
+#
+# Every repetition runs each row once under each library in turn (LD_PRELOAD), so drift on a
+# noisy machine hits them alike; prints the median ops/s and peak RSS of each row and library.
+# The rows are the matrix's programs with the matrix's parameters (scripts/bench-matrix.py):
+#   xmalloc1 xmalloc2   producer/consumer at 1 and 2 thread pairs
+#   larson2 mstress2    threads replaced while their blocks live on, 2 lanes
+#   rpm1 rpm2           the rpmalloc-style row at 1 and 2 threads
+#   xthr2               alloc-crossthread, 2 producers and 2 consumers
+#   larson8 mstress8 rpm8 xmalloc4 churn8   more threads than this machine's cores (memory)
+# Default rows: the first seven; default 5 repetitions of 0.3 s. A figure from it is the
+# command line that printed it; compare only libraries of one run (docs/DESIGN.md says why).
+# Needs build/bench (make bench, or make build/bench/<program>).
+set -eu
+cd "$(dirname "$0")/.."
+reps=5 seconds=0.3 rows=xmalloc1,xmalloc2,larson2,mstress2,rpm1,rpm2,xthr2
+while [ $# -gt 0 ]; do
+    case $1 in
+    --reps) reps=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --rows) rows=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *=*) break ;;
+    *) echo "bench-ab: unknown argument $1 (--help)" >&2; exit 2 ;;
+    esac
+done
+[ $# -gt 0 ] || { echo "bench-ab: name at least one NAME=LIB.so (--help)" >&2; exit 2; }
+for lib in "$@"; do
+    [ -f "${lib#*=}" ] || { echo "bench-ab: ${lib#*=}: no such library" >&2; exit 2; }
+done
+
+row_command() {
+    case $1 in
+    xmalloc*) echo "build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100 --threads ${1#xmalloc}" ;;
+    larson*) echo "build/bench/larson_bench --window 5000 --round 50000 --threads ${1#larson}" ;;
+    mstress*) echo "build/bench/mstress_bench --slots 1000 --life 10000 --threads ${1#mstress}" ;;
+    rpm*) echo "build/bench/rpmalloc_bench --blocks 1000 --round 100 --max-size 16384 --threads ${1#rpm}" ;;
+    xthr*) echo "build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024 --threads ${1#xthr}" ;;
+    churn*) echo "build/bench/churn_bench --objects 256 --max-size 4096 --threads ${1#churn}" ;;
+    *) echo "bench-ab: unknown row $1 (--help)" >&2; return 2 ;;
+    esac
+}
+
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+for row in ${rows//,/ }; do
+    command=$(row_command "$row")
+    for ((rep = 0; rep < reps; rep++)); do
+        for lib in "$@"; do
+            line=$(LD_PRELOAD=${lib#*=} $command --seconds "$seconds" | grep '^RESULT') ||
+                { echo "bench-ab: $row under ${lib#*=} printed no result: $command" >&2; exit 1; }
+            ops=${line##*ops_per_sec=} rss=${line##*peak_rss_kib=}
+            echo "$row ${lib%%=*} ${ops%% *} ${rss%% *}" >>"$results"
+        done
+    done
+done
+
+python3 - "$results" "$@" <<'EOF'
+import collections, statistics, sys
+ops, rss, rows = collections.defaultdict(list), collections.defaultdict(list), []
+for line in open(sys.argv[1]):
+    row, name, o, r = line.split()
+    ops[row, name].append(int(o))
+    rss[row, name].append(int(r))
+    if row not in rows:
+        rows.append(row)
+names = [a.split("=")[0] for a in sys.argv[2:]]
+def rate(x):
+    return "%.1fM" % (x / 1e6) if x >= 1e5 else "%.0f" % x
+print("%-9s" % "row" + "".join("%20s" % n for n in names) + "   (median ops/s, peak RSS)")
+for row in rows:
+    print("%-9s" % row + "".join("%12s %5.1fMiB" % (rate(statistics.median(ops[row, n])),
+                                                   statistics.median(rss[row, n]) / 1024)
+                                  for n in names))
+EOF
