@@ -7,6 +7,8 @@
  *                    transfer_capacity and doubles on overflow while other threads take the
  *                    batches (each remembers its flusher), up to limit_when_shared(); each
  *                    decay tick with no such take halves it back (policy.h says why).
+ *                    MIDDLE=owner: a fill takes the newest batch no other live owner's spans
+ *                    hold, and another's only when no span has room for it (batch_for).
  *   spans            the class's SMALL spans that have room (returned objects or never-used
  *                    space at the bump pointer), doubly linked; full spans are on no list,
  *                    nor (MIDDLE=owner) a full span that runs came back to until a
@@ -324,6 +326,31 @@ static cm_span *own_span(central *c, unsigned size_class, unsigned owner)
     return c->spans ? c->spans : span_new_locked(c, size_class);
 }
 
+/* The transfer cache's batch a fill by owner takes (its index; -1: none, fill from the spans):
+ * the newest, or (MIDDLE=owner) the newest of the CM_TRANSFER_OWN_SCAN newest that no other
+ * live owner's spans hold, so that what a thread gave back in whole batches comes back to it,
+ * not to a thread beside it whose blocks would then share pages with its own, and whose frees
+ * of them would be remote. With none of its own, a fill takes another's batch only when no
+ * span has room: a fresh span would leave that batch waiting (the order-book replay at 2
+ * threads, one book each, ran 30.6M messages/s with any batch taken, 39.0M without). */
+static int batch_for(central *c, unsigned size_class, unsigned owner)
+{
+    int newest = (int)c->transfer_count - 1;
+#ifdef CM_MIDDLE_OWNER
+    if (owner != 0)
+        for (int i = newest; i >= 0 && i > newest - CM_TRANSFER_OWN_SCAN; i--) {
+            unsigned holder = cm_pagemap_owner(transfer[size_class][i]);
+            if (holder == owner || holder == 0 ||
+                !atomic_load_explicit(&slot_owns[holder], memory_order_relaxed))
+                return i;
+        }
+    return owner != 0 && (owned_spans[owner][size_class] != NULL || c->spans != NULL) ? -1 : newest;
+#else
+    (void)size_class, (void)owner;
+    return newest;
+#endif
+}
+
 /* Takes about count objects as a NULL-terminated list in *head; returns how many. When the
  * transfer cache holds a batch, returns that whole batch; objects carved from a span's
  * never-used space run to the end of a pair of cache lines: either may exceed count. From
@@ -339,9 +366,15 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsig
     unsigned n = 0;
     void *list = NULL;
     cm_lock_acquire(&c->lock);
-    if (c->transfer_count > 0) {
-        *head = transfer[size_class][--c->transfer_count];
-        c->shared_takes += transfer_flusher[size_class][c->transfer_count] != &thread_tag;
+    int batch = batch_for(c, size_class, owner);
+    if (batch >= 0) {
+        *head = transfer[size_class][batch];
+        c->shared_takes += transfer_flusher[size_class][batch] != &thread_tag;
+        c->transfer_count--;
+        memmove(transfer[size_class] + batch, transfer[size_class] + batch + 1,
+                (c->transfer_count - (unsigned)batch) * sizeof transfer[0][0]);
+        memmove(transfer_flusher[size_class] + batch, transfer_flusher[size_class] + batch + 1,
+                (c->transfer_count - (unsigned)batch) * sizeof transfer_flusher[0][0]);
         if (c->transfer_count < c->transfer_low_water)
             c->transfer_low_water = c->transfer_count;
         cm_lock_release(&c->lock);

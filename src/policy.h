@@ -138,6 +138,9 @@
  * that replaces one that exited takes over its pages, as larson's and mstress's do); each is
  * shared out after a release delay unused. */
 #define CM_PARKED_SLOTS         64
+/* MIDDLE=owner: the newest batches of a transfer cache a fill looks through for one no other
+ * live owner's spans hold (central_cache.c's batch_for). */
+#define CM_TRANSFER_OWN_SCAN 8
 /* Allocation misses a new cache fills without a slot while the one owning what it freed is
  * still on its way to being parked (its thread exiting). */
 #define CM_SLOT_WAIT_MISSES 8

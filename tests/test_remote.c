@@ -736,6 +736,56 @@ static void a_successor_takes_over_the_slot_of_what_it_frees(void **state)
     free(second.freed_later);
     assert_true(cm_heap_check());
 }
+
+#define BATCH_SIZE 768 /* a class no other test here allocates, its objects whole line pairs */
+typedef struct {
+    void *head;    /* the batch this thread gave the transfer cache */
+    unsigned slot; /* its slot */
+} batch_note;
+
+/* A batch of objects carved for this thread's slot, given to the transfer cache whole. */
+static void *flush_own_batch(void *arg)
+{
+    batch_note *note = arg;
+    unsigned c = cm_size_class(BATCH_SIZE);
+    free(malloc(16)); /* the slot opens */
+    note->slot = cm_thread_cache_current->slot;
+    void *list = NULL;
+    for (unsigned i = 0; i < cm_classes[c].batch; i++) {
+        void *one;
+        assert_int_equal(cm_central_fill(c, 1, &one, note->slot), 1);
+        cm_link_set(one, list);
+        list = one;
+    }
+    note->head = list;
+    cm_central_flush(c, list, cm_classes[c].batch);
+    return NULL;
+}
+
+/* A fill with a span of its own to take from leaves another owner's batch in the transfer
+ * cache (its blocks would share pages with the filler's, and come back to their owner as
+ * remote frees); a fill with no span with room takes it rather than a fresh span. */
+static void another_owners_batch_waits_for_it(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(BATCH_SIZE), mine = cm_thread_cache_current->slot;
+    assert_int_equal(cm_classes[c].size % 128, 0);
+    assert_int_not_equal(mine, 0);
+    void *first, *second, *theirs;
+    assert_int_equal(cm_central_fill(c, 1, &first, mine), 1); /* a span of its own, with room */
+    batch_note note = {0};
+    on_another_thread(flush_own_batch, &note);
+    assert_int_not_equal(note.slot, mine);
+    assert_int_equal(cm_central_fill(c, 1, &second, mine), 1);
+    assert_ptr_equal(cm_span_of(second), cm_span_of(first));
+    cm_central_flush(c, second, 1);
+    cm_central_flush(c, first, 1); /* its span empties: no span with room is left to it */
+    unsigned n = cm_central_fill(c, 1, &theirs, mine);
+    assert_int_equal(n, cm_classes[c].batch);
+    assert_ptr_equal(theirs, note.head);
+    cm_central_flush(c, theirs, n);
+    assert_true(cm_heap_check());
+}
 #endif
 
 int main(void)
@@ -760,6 +810,7 @@ int main(void)
         cmocka_unit_test(mostly_own_lists_are_not_sorted),
         cmocka_unit_test(a_live_owners_spans_are_its_own),
         cmocka_unit_test(a_successor_takes_over_the_slot_of_what_it_frees),
+        cmocka_unit_test(another_owners_batch_waits_for_it),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
