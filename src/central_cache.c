@@ -82,12 +82,20 @@ static unsigned transfer_limit(central *c, unsigned size_class)
     return c->transfer_limit;
 }
 
+#ifdef CM_MIDDLE_OWNER
+/* Whether slot has a live (or parked) owner, whose spans are its own. */
+static bool owner_lives(unsigned slot)
+{
+    return slot != 0 && atomic_load_explicit(&slot_owns[slot], memory_order_relaxed);
+}
+#endif
+
 /* The list span goes on: its owner's while the owner lives (MIDDLE=owner), else the class's. */
 static cm_span **list_for(central *c, cm_span *span, unsigned *owner)
 {
 #ifdef CM_MIDDLE_OWNER
     *owner = cm_pagemap_owner(cm_span_start(span));
-    if (*owner != 0 && atomic_load_explicit(&slot_owns[*owner], memory_order_relaxed))
+    if (owner_lives(*owner))
         return &owned_spans[*owner][span->size_class];
 #endif
     (void)span;
@@ -340,8 +348,7 @@ static int batch_for(central *c, unsigned size_class, unsigned owner)
     if (owner != 0)
         for (int i = newest; i >= 0 && i > newest - CM_TRANSFER_OWN_SCAN; i--) {
             unsigned holder = cm_pagemap_owner(transfer[size_class][i]);
-            if (holder == owner || holder == 0 ||
-                !atomic_load_explicit(&slot_owns[holder], memory_order_relaxed))
+            if (holder == owner || !owner_lives(holder))
                 return i;
         }
     return owner != 0 && (owned_spans[owner][size_class] != NULL || c->spans != NULL) ? -1 : newest;

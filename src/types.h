@@ -114,8 +114,8 @@ typedef struct cm_thread_cache {
     void *idle_head[CM_CLASSES_MAX];           /* each list's head at the last look */
 #ifdef CM_MIDDLE_OWNER
     uint32_t slot; /* its mailboxes (remote.c), the owner of the spans it fills from; 0: none */
-    uint8_t slot_misses; /* allocation misses before slot was opened (thread_cache.c's open_slot);
-                            CM_SLOT_WAIT_MISSES once it is */
+    uint8_t slot_misses; /* allocation misses without a slot (thread_cache.c's
+                            open_slot_on_miss); CM_SLOT_WAIT_MISSES once one was opened */
     uint8_t unsorted[CM_CLASSES_MAX]; /* lists given back whole to the central cache before the
                                          next is sorted by owner (thread_cache.c's send_home) */
 #endif
