@@ -15,7 +15,9 @@
  *                    1/CM_SPAN_WAKE_DIVISOR of it is free (cm_central_take_runs).
  *                    MIDDLE=owner: a span with room whose owner (the pagemap's slot) lives is
  *                    on that owner's list instead of the shared one, and only its fills take
- *                    from it; the owner's exit, or its leaving the class idle, shares them.
+ *                    from it, but for a spare another fill takes before it carves
+ *                    (spare_of_another); the owner's exit, or its leaving the class idle,
+ *                    shares them.
  *
  * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
  * time for a thread whose cache is gone, MIDDLE=owner: the runs of a mailbox), alloc.c (drain
@@ -41,6 +43,10 @@ typedef struct central {
     unsigned shared_takes;       /* fills since the last tick that took another thread's batch */
     cm_span *spans;              /* spans with room */
     size_t objects_out;
+#ifdef CM_MIDDLE_OWNER
+    unsigned owned_spares; /* spans on owners' lists behind the first (spare_of_another) */
+    unsigned spare_cursor; /* the slot its next search for one starts after */
+#endif
 } __attribute__((aligned(64))) central;
 
 static central centrals[CM_CLASSES_MAX] = {[0 ... CM_CLASSES_MAX - 1] = {.lock = CM_LOCK_INIT}};
@@ -50,7 +56,11 @@ static central centrals[CM_CLASSES_MAX] = {[0 ... CM_CLASSES_MAX - 1] = {.lock =
  * at 2 threads: 83% of the windows' pages held both lanes' blocks when any fill could take any
  * span). A slot's lists go to the shared ones when its cache is abandoned. */
 static cm_span *owned_spans[CM_REMOTE_SLOTS][CM_CLASSES_MAX];
-static _Atomic bool slot_owns[CM_REMOTE_SLOTS]; /* its spans go on its lists (an owner lives) */
+enum { OWNER_NONE, OWNER_LIVE, OWNER_PARKED }; /* a slot's owner: none, a live cache, or one
+                                                 parked for a successor (thread_cache.c) */
+static _Atomic uint8_t slot_owner[CM_REMOTE_SLOTS]; /* its spans go on its lists unless NONE */
+static _Atomic unsigned highest_owner; /* the highest slot that ever listed a span: where
+                                          spare_of_another's search stops */
 #endif
 /* The transfer caches' slots, apart from the locks and counters so that those stay on a few
  * pages (a fork's lock handover writes every class's lock: each page touched is copied). */
@@ -75,6 +85,17 @@ static unsigned limit_when_shared(unsigned size_class)
                                          : (unsigned)batches;
 }
 
+/* Takes the count batches from index at off the class's transfer cache, with their flushers. */
+static void transfer_remove_locked(central *c, unsigned size_class, unsigned at, unsigned count)
+{
+    unsigned after = c->transfer_count - at - count;
+    memmove(transfer[size_class] + at, transfer[size_class] + at + count,
+            after * sizeof transfer[0][0]);
+    memmove(transfer_flusher[size_class] + at, transfer_flusher[size_class] + at + count,
+            after * sizeof transfer_flusher[0][0]);
+    c->transfer_count -= count;
+}
+
 static unsigned transfer_limit(central *c, unsigned size_class)
 {
     if (c->transfer_limit == 0)
@@ -86,7 +107,7 @@ static unsigned transfer_limit(central *c, unsigned size_class)
 /* Whether slot has a live (or parked) owner, whose spans are its own. */
 static bool owner_lives(unsigned slot)
 {
-    return slot != 0 && atomic_load_explicit(&slot_owns[slot], memory_order_relaxed);
+    return slot != 0 && atomic_load_explicit(&slot_owner[slot], memory_order_relaxed) != OWNER_NONE;
 }
 #endif
 
@@ -113,8 +134,17 @@ static cm_span **list_holding(central *c, const cm_span *span)
     return &c->spans;
 }
 
-static void span_list_push(cm_span **head, cm_span *span, unsigned owner)
+static void span_list_push(central *c, cm_span **head, cm_span *span, unsigned owner)
 {
+#ifdef CM_MIDDLE_OWNER
+    if (owner != 0) {
+        c->owned_spares += *head != NULL;
+        unsigned highest = atomic_load_explicit(&highest_owner, memory_order_relaxed);
+        while (owner > highest && !atomic_compare_exchange_weak(&highest_owner, &highest, owner))
+            ;
+    }
+#endif
+    (void)c;
     span->prev = NULL;
     span->next = *head;
     if (*head)
@@ -128,11 +158,15 @@ static void span_list_add(central *c, cm_span *span)
 {
     unsigned owner;
     cm_span **head = list_for(c, span, &owner);
-    span_list_push(head, span, owner);
+    span_list_push(c, head, span, owner);
 }
 
 static void span_list_remove(central *c, cm_span *span)
 {
+#ifdef CM_MIDDLE_OWNER
+    if (span->listed_owner != 0)
+        c->owned_spares -= span->prev != NULL || span->next != NULL;
+#endif
     if (span->prev)
         span->prev->next = span->next;
     else
@@ -252,7 +286,14 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
 /* slot has an owner now: the spans its fills take are listed as its own. */
 void cm_central_own(unsigned slot)
 {
-    atomic_store_explicit(&slot_owns[slot], true, memory_order_relaxed);
+    atomic_store_explicit(&slot_owner[slot], OWNER_LIVE, memory_order_relaxed);
+}
+
+/* slot's owner exited, and the slot waits with its spans for a successor: they stay its own,
+ * but any fill that would carve may take one behind the head of its lists (spare_of_another). */
+void cm_central_park(unsigned slot)
+{
+    atomic_store_explicit(&slot_owner[slot], OWNER_PARKED, memory_order_relaxed);
 }
 
 /* slot's spans of size_class with room go to the shared list: its owner left the class unused
@@ -264,7 +305,7 @@ void cm_central_share(unsigned slot, unsigned size_class)
     while (owned_spans[slot][size_class] != NULL) {
         cm_span *span = owned_spans[slot][size_class];
         span_list_remove(c, span);
-        span_list_push(&c->spans, span, 0);
+        span_list_push(c, &c->spans, span, 0);
     }
     cm_lock_release(&c->lock);
 }
@@ -273,7 +314,7 @@ void cm_central_share(unsigned slot, unsigned size_class)
  * lists, and so do spans that get room later, until the slot has an owner again. */
 void cm_central_disown(unsigned slot)
 {
-    atomic_store_explicit(&slot_owns[slot], false, memory_order_relaxed);
+    atomic_store_explicit(&slot_owner[slot], OWNER_NONE, memory_order_relaxed);
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
         cm_central_share(slot, size_class);
 }
@@ -322,13 +363,54 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
     return taken;
 }
 
+#ifdef CM_MIDDLE_OWNER
+/* Whether the owner of slot, whose list of the class starts at head, can spare the span behind
+ * head: a parked slot (its thread gone) any, a live owner only once it holds CM_SPARES_KEPT
+ * more. The head, the span the owner fills from, is never taken. */
+static bool spares_one(unsigned slot, const cm_span *head)
+{
+    const cm_span *behind = head->next;
+    for (unsigned kept = 0; kept < CM_SPARES_KEPT && behind != NULL; kept++)
+        behind = behind->next;
+    return head->next != NULL &&
+           (behind != NULL ||
+            atomic_load_explicit(&slot_owner[slot], memory_order_relaxed) == OWNER_PARKED);
+}
+
+/* A span with room that another owner can spare, for a fill that would otherwise carve a fresh
+ * span (NULL: none): of the first CM_SPARE_SCAN behind its list's head, the one with the most
+ * room, so that the fewest of that owner's blocks come to share pages with the filler's. Those
+ * spans behind the heads were where the owner build's memory went (policy.h, CM_SPARE_SCAN). */
+static cm_span *spare_of_another(central *c, unsigned size_class, unsigned owner)
+{
+    const unsigned slots = atomic_load_explicit(&highest_owner, memory_order_relaxed);
+    for (unsigned n = 0; n < slots && c->owned_spares > 0; n++) {
+        unsigned slot = c->spare_cursor = c->spare_cursor % slots + 1;
+        cm_span *head = owned_spans[slot][size_class];
+        if (slot == owner || head == NULL || !spares_one(slot, head))
+            continue;
+        cm_span *best = head->next;
+        unsigned looked = 1;
+        for (cm_span *span = best->next; span != NULL && looked < CM_SPARE_SCAN;
+             span = span->next, looked++)
+            if (span->used < best->used)
+                best = span;
+        return best;
+    }
+    return NULL;
+}
+#endif
+
 /* The span a fill by owner takes from: one of its own with room, else one of the shared list,
- * else a fresh one; NULL when memory is exhausted. */
+ * else (MIDDLE=owner) another owner's spare, else a fresh one; NULL when memory is exhausted. */
 static cm_span *own_span(central *c, unsigned size_class, unsigned owner)
 {
 #ifdef CM_MIDDLE_OWNER
     if (owner != 0 && owned_spans[owner][size_class] != NULL)
         return owned_spans[owner][size_class];
+    cm_span *spare;
+    if (c->spans == NULL && owner != 0 && (spare = spare_of_another(c, size_class, owner)))
+        return spare;
 #endif
     (void)owner;
     return c->spans ? c->spans : span_new_locked(c, size_class);
@@ -377,11 +459,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsig
     if (batch >= 0) {
         *head = transfer[size_class][batch];
         c->shared_takes += transfer_flusher[size_class][batch] != &thread_tag;
-        c->transfer_count--;
-        memmove(transfer[size_class] + batch, transfer[size_class] + batch + 1,
-                (c->transfer_count - (unsigned)batch) * sizeof transfer[0][0]);
-        memmove(transfer_flusher[size_class] + batch, transfer_flusher[size_class] + batch + 1,
-                (c->transfer_count - (unsigned)batch) * sizeof transfer_flusher[0][0]);
+        transfer_remove_locked(c, size_class, (unsigned)batch, 1);
         if (c->transfer_count < c->transfer_low_water)
             c->transfer_low_water = c->transfer_count;
         cm_lock_release(&c->lock);
@@ -455,11 +533,7 @@ static void decay_transfer_caches(void)
             c->transfer_low_water < c->transfer_count ? c->transfer_low_water : c->transfer_count;
         for (unsigned i = 0; i < idle; i++)
             span_push_list_locked(c, transfer[size_class][i]);
-        memmove(transfer[size_class], transfer[size_class] + idle,
-                (c->transfer_count - idle) * sizeof transfer[0][0]);
-        memmove(transfer_flusher[size_class], transfer_flusher[size_class] + idle,
-                (c->transfer_count - idle) * sizeof transfer_flusher[0][0]);
-        c->transfer_count -= idle;
+        transfer_remove_locked(c, size_class, 0, idle);
         c->transfer_low_water = c->transfer_count;
         /* no batch changed threads in the interval: the limit halves back toward the start */
         unsigned start = limit_at_start(size_class);
@@ -558,9 +632,10 @@ bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_lengt
 }
 
 /* True when every span on the list from head is a listed SMALL span of the class with room,
- * each object accounted for (used + free + never used == objects per span); adds their used. */
+ * each object accounted for (used + free + never used == objects per span); adds their used,
+ * and to *spares the spans behind the head. */
 static bool span_list_valid(unsigned size_class, const cm_span *head, unsigned owner,
-                            size_t *listed_used)
+                            size_t *listed_used, size_t *spares)
 {
     const cm_class_info *info = &cm_classes[size_class];
     for (const cm_span *span = head; span; span = span->next) {
@@ -574,26 +649,30 @@ static bool span_list_valid(unsigned size_class, const cm_span *head, unsigned o
             !cm_object_list_valid(size_class, span->free_objects, free_count))
             return false;
         *listed_used += span->used;
+        *spares += span != head;
     }
     return true;
 }
 
 /* Checks every class: listed spans (shared and, MIDDLE=owner, each owner's) have room and
  * account for each object, transfer batches are whole batches of the class, and objects_out
- * covers both. */
+ * covers both; (MIDDLE=owner) the count of spans behind the heads of owners' lists is right. */
 bool cm_central_valid(void)
 {
     bool ok = true;
     for (unsigned size_class = 1; size_class < cm_class_count && ok; size_class++) {
         central *c = &centrals[size_class];
         const cm_class_info *info = &cm_classes[size_class];
-        size_t listed_used = 0;
+        size_t listed_used = 0, shared_spares = 0, spares = 0;
         cm_lock_acquire(&c->lock);
-        ok = span_list_valid(size_class, c->spans, 0, &listed_used);
+        ok = span_list_valid(size_class, c->spans, 0, &listed_used, &shared_spares);
 #ifdef CM_MIDDLE_OWNER
         for (unsigned slot = 1; slot < CM_REMOTE_SLOTS && ok; slot++)
-            ok = span_list_valid(size_class, owned_spans[slot][size_class], slot, &listed_used);
+            ok = span_list_valid(size_class, owned_spans[slot][size_class], slot, &listed_used,
+                                 &spares);
+        ok = ok && spares == c->owned_spares;
 #endif
+        (void)spares;
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
             ok = cm_object_list_valid(size_class, transfer[size_class][i], info->batch);
         /* Objects in transfer batches are also counted in their spans' used. */

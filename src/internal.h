@@ -225,6 +225,7 @@ void cm_central_give_back(unsigned size_class, void *object);
 #ifdef CM_MIDDLE_OWNER
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count);
 void cm_central_own(unsigned slot);
+void cm_central_park(unsigned slot);
 void cm_central_share(unsigned slot, unsigned size_class);
 void cm_central_disown(unsigned slot);
 #endif

@@ -223,14 +223,23 @@ static unsigned parked_slots[CM_PARKED_SLOTS];
 static uint64_t parked_since_ms[CM_PARKED_SLOTS];
 static _Atomic unsigned parked_count;
 
-static void share_out_oldest_locked(void)
+/* Takes the parked slot at index at off the stack; returns it. */
+static unsigned unstack_parked_locked(unsigned at)
 {
     unsigned count = atomic_load_explicit(&parked_count, memory_order_relaxed);
-    cm_central_disown(parked_slots[0]);
-    cm_remote_release(parked_slots[0]);
-    memmove(parked_slots, parked_slots + 1, (count - 1) * sizeof parked_slots[0]);
-    memmove(parked_since_ms, parked_since_ms + 1, (count - 1) * sizeof parked_since_ms[0]);
+    unsigned slot = parked_slots[at];
+    memmove(parked_slots + at, parked_slots + at + 1, (count - at - 1) * sizeof parked_slots[0]);
+    memmove(parked_since_ms + at, parked_since_ms + at + 1,
+            (count - at - 1) * sizeof parked_since_ms[0]);
     atomic_store_explicit(&parked_count, count - 1, memory_order_relaxed);
+    return slot;
+}
+
+static void share_out_oldest_locked(void)
+{
+    unsigned slot = unstack_parked_locked(0);
+    cm_central_disown(slot);
+    cm_remote_release(slot);
 }
 
 static void share_out_expired_locked(uint64_t now)
@@ -261,6 +270,7 @@ static void park_slot(unsigned slot)
         share_out_oldest_locked();
     unsigned count = atomic_load_explicit(&parked_count, memory_order_relaxed);
     cm_remote_park(slot);
+    cm_central_park(slot);
     parked_slots[count] = slot;
     parked_since_ms[count] = now;
     atomic_store_explicit(&parked_count, count + 1, memory_order_relaxed);
@@ -279,13 +289,8 @@ static unsigned unpark_slot(unsigned wanted, bool newest_else)
         at--;
     if (at == 0 && newest_else)
         at = count;
-    if (at > 0) {
-        slot = parked_slots[at - 1];
-        memmove(parked_slots + at - 1, parked_slots + at, (count - at) * sizeof parked_slots[0]);
-        memmove(parked_since_ms + at - 1, parked_since_ms + at,
-                (count - at) * sizeof parked_since_ms[0]);
-        atomic_store_explicit(&parked_count, count - 1, memory_order_relaxed);
-    }
+    if (at > 0)
+        slot = unstack_parked_locked(at - 1);
     cm_lock_release(&parked_lock);
     return slot;
 }

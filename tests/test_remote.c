@@ -786,6 +786,59 @@ static void another_owners_batch_waits_for_it(void **state)
     cm_central_flush(c, theirs, n);
     assert_true(cm_heap_check());
 }
+
+#define SPARE_SIZE  2304 /* a class no other test here allocates */
+#define SPARE_SPANS 4
+/* Before a fill carves a fresh span, it takes a span with room another owner can spare: one
+ * behind the head of that owner's list (never the head, which its owner fills from), and of a
+ * live owner only while it keeps CM_SPARES_KEPT more. */
+static void a_fill_takes_a_spare_before_carving(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(SPARE_SIZE), mine = cm_thread_cache_current->slot, other = 900;
+    const uint32_t objects = cm_classes[c].objects;
+    assert_true(objects >= 2 && CM_SPARES_KEPT + 2 == SPARE_SPANS);
+    assert_int_not_equal(mine, 0);
+    void *list, *kept = NULL, *one_of[SPARE_SPANS];
+    unsigned spans = 0;
+    assert_int_equal(cm_central_fill(c, SPARE_SPANS * objects, &list, mine), SPARE_SPANS * objects);
+    for (void *next; list != NULL; list = next) { /* one object of each span goes back */
+        next = cm_link_next(list);
+        if (spans == 0 || cm_span_of(list) != cm_span_of(one_of[spans - 1])) {
+            assert_true(spans < SPARE_SPANS);
+            one_of[spans++] = list;
+        } else {
+            cm_link_set(list, kept);
+            kept = list;
+        }
+    }
+    assert_int_equal(spans, SPARE_SPANS);
+    for (unsigned i = 0; i < SPARE_SPANS; i++) {
+        cm_link_set(one_of[i], NULL);
+        cm_central_flush(c, one_of[i], 1); /* the span has room: on mine's list, newest first */
+    }
+    cm_central_own(other);
+    void *taken, *fresh;
+    assert_int_equal(cm_central_fill(c, 1, &taken, other), 1);
+    assert_ptr_equal(taken, one_of[SPARE_SPANS - 2]); /* the span behind mine's head */
+    assert_int_equal(cm_pagemap_owner(taken), other);
+    /* mine keeps its head and CM_SPARES_KEPT more: the next fill carves */
+    assert_int_equal(cm_central_fill(c, 1, &fresh, other), 1);
+    for (unsigned i = 0; i < SPARE_SPANS; i++)
+        assert_ptr_not_equal(cm_span_of(fresh), cm_span_of(one_of[i]));
+    assert_true(cm_heap_check());
+    cm_central_flush(c, taken, 1);
+    cm_central_flush(c, fresh, 1);
+    while (kept != NULL) {
+        void *next = cm_link_next(kept);
+        cm_link_set(kept, NULL);
+        cm_central_flush(c, kept, 1);
+        kept = next;
+    }
+    cm_central_disown(other);
+    assert_true(cm_heap_check());
+}
+
 #endif
 
 int main(void)
@@ -811,6 +864,7 @@ int main(void)
         cmocka_unit_test(a_live_owners_spans_are_its_own),
         cmocka_unit_test(a_successor_takes_over_the_slot_of_what_it_frees),
         cmocka_unit_test(another_owners_batch_waits_for_it),
+        cmocka_unit_test(a_fill_takes_a_spare_before_carving),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
