@@ -678,12 +678,19 @@ static void scavenge(cm_thread_cache *cache, size_t pending)
     }
 }
 
-/* A list whose head has not moved since the last look, a release delay ago, went unused that
- * long (or came back to where it was): its objects go back to the central cache and it starts
- * small again. Without it a thread keeps what it once freed of a class it no longer uses until
- * it exits or runs over its budget: CPython's thread held one block of each of a dozen
- * 13-213 KiB classes through its run. Looked at from the allocation misses, at most once per
- * release delay (never when release is off); now: the miss's clock reading. */
+/* What a look records as a list's head when an allocation miss of its class came since: no
+ * head is this address, so the list counts as used at the next look even if it is empty at
+ * both (a class the thread allocates and misses on is empty at every miss; by its head alone it
+ * looked idle, and its mailbox was given back and its spans shared while in use). */
+#define LIST_MISSED ((void *)1)
+
+/* A list whose head has not moved since the last look, a release delay ago, and that had no
+ * allocation miss since, went unused that long (or came back to where it was): its objects go
+ * back to the central cache and it starts small again. Without it a thread keeps what it once
+ * freed of a class it no longer uses until it exits or runs over its budget: CPython's thread
+ * held one block of each of a dozen 13-213 KiB classes through its run. Looked at from the
+ * allocation misses, at most once per release delay (never when release is off); now: the
+ * miss's clock reading. */
 static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
 {
     if (cm_option.release_delay_ms < 0 || now < cache->idle_check_ms)
@@ -734,6 +741,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         return head;
     }
     open_slot_on_miss(cache);
+    cache->idle_head[size_class] = LIST_MISSED;
     cm_free_list *list = &cache->lists[size_class];
     if (list->head == NULL && !take_mailbox(cache, size_class)) {
         uint64_t now = cm_os_now_ms();

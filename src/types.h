@@ -111,7 +111,8 @@ typedef struct cm_thread_cache {
     struct cm_thread_cache *prev;
     uint32_t published_length[CM_CLASSES_MAX]; /* each list's length in published_size */
     uint64_t idle_check_ms;                    /* when the slow paths next look for idle lists */
-    void *idle_head[CM_CLASSES_MAX];           /* each list's head at the last look */
+    void *idle_head[CM_CLASSES_MAX];           /* each list's head at the last look, or
+                                                  LIST_MISSED (thread_cache.c) */
 #ifdef CM_MIDDLE_OWNER
     uint32_t slot; /* its mailboxes (remote.c), the owner of the spans it fills from; 0: none */
     uint8_t slot_misses; /* allocation misses without a slot (thread_cache.c's

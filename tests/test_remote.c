@@ -839,6 +839,53 @@ static void a_fill_takes_a_spare_before_carving(void **state)
     assert_true(cm_heap_check());
 }
 
+#define MISSED_SIZE 440 /* classes no other test here allocates */
+#define LOOK_SIZE   3584
+#define MISSED_MOST 4096
+typedef struct {
+    void *blocks[MISSED_MOST]; /* of MISSED_SIZE, allocated until the list was empty */
+    unsigned count;
+    bool room_left;    /* the span of the last of them had room at the look */
+    void *shared_fill; /* what a shared fill of the class got while the thread lived */
+    unsigned filled;
+} missed_note;
+
+static void *empty_a_list_then_look(void *arg)
+{
+    missed_note *m = arg;
+    unsigned c = cm_size_class(MISSED_SIZE);
+    void *look = malloc(LOOK_SIZE); /* the cache's first look: it only sets the clock */
+    do /* misses and pops, from a span of this thread's with room left, to an empty list */
+        m->blocks[m->count++] = malloc(MISSED_SIZE);
+    while ((m->count < 3 || cm_thread_cache_current->lists[c].head != NULL) &&
+           m->count < MISSED_MOST);
+    m->room_left = cm_span_of(m->blocks[m->count - 1])->used < cm_classes[c].objects;
+    usleep((useconds_t)(cm_release_interval_ms() + 100) * 1000);
+    void *miss = malloc(LOOK_SIZE + 200); /* a miss of another class: the next look */
+    m->filled = cm_central_fill(c, 1, &m->shared_fill, 0);
+    free(miss);
+    free(look);
+    return NULL;
+}
+
+/* A class the thread allocates is empty at every miss; at a look a release delay after the
+ * last, an empty list with misses since is in use, not idle: its spans stay the thread's, so
+ * a fill from the shared list does not get one of them. */
+static void a_class_in_use_is_not_idle_when_empty(void **state)
+{
+    (void)state;
+    assert_true(cm_option.release_delay_ms >= 0);
+    unsigned c = cm_size_class(MISSED_SIZE);
+    static missed_note m;
+    on_another_thread(empty_a_list_then_look, &m);
+    assert_true(m.count >= 3 && m.count < MISSED_MOST && m.room_left);
+    assert_true(m.filled >= 1);
+    assert_ptr_not_equal(cm_span_of(m.shared_fill), cm_span_of(m.blocks[m.count - 1]));
+    cm_central_flush(c, m.shared_fill, m.filled);
+    for (unsigned i = 0; i < m.count; i++)
+        free(m.blocks[i]);
+    assert_true(cm_heap_check());
+}
 #endif
 
 int main(void)
@@ -865,6 +912,7 @@ int main(void)
         cmocka_unit_test(a_successor_takes_over_the_slot_of_what_it_frees),
         cmocka_unit_test(another_owners_batch_waits_for_it),
         cmocka_unit_test(a_fill_takes_a_spare_before_carving),
+        cmocka_unit_test(a_class_in_use_is_not_idle_when_empty),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
