@@ -257,7 +257,7 @@ unsigned cm_remote_open(unsigned parked);
 void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
                          uintptr_t span_page);
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
-uint32_t cm_remote_runs(unsigned size_class, void *list, uint32_t count);
+bool cm_remote_runs_long(unsigned size_class, void *list, uint32_t count);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);
 void cm_remote_close(unsigned slot);
 bool cm_remote_slot_open(unsigned slot);

@@ -169,6 +169,10 @@
  * ran 35.5M against 40.2M ops/s at 2 threads, mstress 23.8M against 25.7M (medians of 5); 4,
  * 8 and 16 were alike but for alloc-crossthread (16.1M, 15.4M, 13.4M). */
 #define CM_RUN_LONG 4
+/* Runs whose headers that judgement reads at most (remote.c's cm_remote_runs_long): larson at
+ * 2 threads 62.7M against 57.7M ops/s with every header read, the other rows level
+ * (`scripts/bench-ab.sh --reps 7 --seconds 0.3 --rows larson2,mstress2,xthr2,larson8`). */
+#define CM_RUN_SAMPLE 16
 /* Lists of a class given back unsorted after one that was mostly the thread's own
  * (thread_cache.c's send_home): larson 44.3M against 40.1M ops/s at 2 threads, the
  * rpmalloc-style row 20.9M against 19.5M, alloc-crossthread 17.7M against 16.8M, the others

@@ -363,7 +363,7 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
         return false;
     CM_ASSERT(cm_object_list_valid(size_class, mail, count));
     if (cm_class_has_run_headers(size_class) &&
-        count >= CM_RUN_LONG * cm_remote_runs(size_class, mail, count)) {
+        cm_remote_runs_long(size_class, mail, count)) {
         cm_central_take_runs(size_class, mail, count);
         return false;
     }
