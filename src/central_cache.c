@@ -17,7 +17,8 @@
  *                    on that owner's list instead of the shared one, and only its fills take
  *                    from it, but for a spare another fill takes before it carves
  *                    (spare_of_another); the owner's exit, or its leaving the class idle,
- *                    shares them.
+ *                    shares them. A fill takes a span as its own only when it asks for
+ *                    CM_CLAIM_FILL objects or more.
  *
  * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
  * time for a thread whose cache is gone, MIDDLE=owner: the runs of a mailbox), alloc.c (drain
@@ -402,17 +403,18 @@ static cm_span *spare_of_another(central *c, unsigned size_class, unsigned owner
 #endif
 
 /* The span a fill by owner takes from: one of its own with room, else one of the shared list,
- * else (MIDDLE=owner) another owner's spare, else a fresh one; NULL when memory is exhausted. */
-static cm_span *own_span(central *c, unsigned size_class, unsigned owner)
+ * else (MIDDLE=owner, a fill that claims what it takes) another owner's spare, else a fresh
+ * one; NULL when memory is exhausted. */
+static cm_span *own_span(central *c, unsigned size_class, unsigned owner, bool claims)
 {
 #ifdef CM_MIDDLE_OWNER
     if (owner != 0 && owned_spans[owner][size_class] != NULL)
         return owned_spans[owner][size_class];
     cm_span *spare;
-    if (c->spans == NULL && owner != 0 && (spare = spare_of_another(c, size_class, owner)))
+    if (c->spans == NULL && claims && (spare = spare_of_another(c, size_class, owner)))
         return spare;
 #endif
-    (void)owner;
+    (void)owner, (void)claims;
     return c->spans ? c->spans : span_new_locked(c, size_class);
 }
 
@@ -447,8 +449,10 @@ static int batch_for(central *c, unsigned size_class, unsigned owner)
  * out: taking a second span's list means walking it to its end, each link an object another
  * thread freed last and so a cache miss, under the lock (rpmalloc_bench at 1 and 2 threads ran
  * 14-17% faster without that walk). Returns 0 only when memory is exhausted. owner: the
- * filling cache's slot, to which the spans it takes from route their frees from now on
- * (MIDDLE=owner, remote.c; unused otherwise). */
+ * filling cache's slot (MIDDLE=owner, remote.c; unused otherwise): its own spans are filled
+ * from first, and a fill of CM_CLAIM_FILL objects or more takes the shared or fresh spans it
+ * fills from as its own, their frees routed to it from now on; smaller fills (a list in its
+ * slow start, and every fill of the classes above 8 KiB) leave them shared. */
 unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner)
 {
     central *c = &centrals[size_class];
@@ -465,13 +469,18 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsig
         cm_lock_release(&c->lock);
         return cm_classes[size_class].batch;
     }
+#ifdef CM_MIDDLE_OWNER
+    const bool claims = owner != 0 && count >= CM_CLAIM_FILL; /* else shared spans stay shared */
+#else
+    const bool claims = false;
+#endif
     while (n < count) {
-        cm_span *span = own_span(c, size_class, owner);
+        cm_span *span = own_span(c, size_class, owner, claims);
         if (span == NULL)
             break;
         bool given_back = span->free_objects != NULL;
         n += span_take_locked(span, &cm_classes[size_class], count - n, &list);
-        if (span->listed_owner != owner) { /* from the shared list: the filler's from now on */
+        if (claims && span->listed_owner != owner) { /* a shared span: the filler's from now on */
             span_list_remove(c, span);
             cm_pagemap_set_owner(span, owner);
             span_list_add(c, span);

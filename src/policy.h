@@ -153,6 +153,17 @@
 /* Allocation misses a new cache fills without a slot while the one owning what it freed is
  * still on its way to being parked (its thread exiting). */
 #define CM_SLOT_WAIT_MISSES 8
+/* MIDDLE=owner: the fewest objects a fill asks for to take the spans it fills from as its own
+ * (central_cache.c's cm_central_fill). A thread's first fills of a class are small (its list
+ * grows by one object a miss), and a thread that uses a class for a few objects only would
+ * otherwise hold a span of it to itself: churn_bench at 8 threads (256 blocks of 16-4096 B a
+ * thread) had 8 live owners holding 4 MiB of spans with room for 1.2 MiB of objects out. Peak
+ * RSS with 8 against none (`scripts/bench-matrix.sh --quick --seconds 0.3 --reps 5 --threads
+ * 1,2,4,8 --workloads larson,mstress,churn,rpmalloc,server,orderbook,orderbook-pipeline,xmalloc,
+ * alloc-crossthread` with both builds as --extra): churn at 4 and 8 threads 0.73x and 0.56x,
+ * mstress 0.76x and 0.69x, the rpmalloc-style row at 8 0.88x, 0.95x over those 36 cells at the
+ * same speed (1.03x); 4 and 6 gave 0.97x and 0.96x. */
+#define CM_CLAIM_FILL 8
 #define CM_REMOTE_MAILBOX_BYTES ((size_t)2 << 20) /* a thread cache's default budget */
 /* What one fill of a thread cache's list asks for, when a batch is less (thread_cache.c's
  * fill_most): 256 objects of 64 B. xmalloc_bench ran 45M objects/s with fills of 128 objects,

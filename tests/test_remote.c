@@ -7,11 +7,11 @@
  * on the owner's next miss (runs of a block or two become its list as they are); a run
  * header overwritten is reported; a list making room keeps
  * what it does not send home rather than hand the central cache a part batch, and lists of
- * mostly a thread's own objects are not sorted by owner; a live thread's spans are filled by
- * it alone, go with its slot to the next thread to start, and to anyone once they have waited
- * a release delay; and a forked
- * child may free again what another thread had freed before the fork, wherever it waits
- * (that thread's list or the forking thread's mailbox: glibc's child does,
+ * mostly a thread's own objects are not sorted by owner; a thread's first few blocks of a
+ * class take no span for it; a live thread's spans are filled by it alone, go with its slot
+ * to the next thread to start, and to anyone once they have waited a release delay; and a
+ * forked child may free again what another thread had freed before the fork, wherever it
+ * waits (that thread's list or the forking thread's mailbox: glibc's child does,
  * tests/programs/fork_dlopen_tls.c). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -607,13 +607,93 @@ static void a_run_header_pointing_away_is_reported(void **state)
     child_spec spec = {.body = point_a_run_header_away};
     expect_report(&spec, "cmalloc: corrupted free list at %p");
 }
+#define KEPT_MOST 512
+typedef struct {
+    void *blocks[KEPT_MOST];
+    unsigned count;
+} kept_blocks;
+
+/* A block of size from a span with room that the calling thread's fills took as its own: the
+ * thread allocates blocks of the class until its fills ask for enough to claim their spans
+ * (CM_CLAIM_FILL objects; the first fills of a class are smaller and leave spans shared). The
+ * blocks before it go in *kept, for the caller to free. */
+static void *allocate_owned(size_t size, kept_blocks *kept)
+{
+    for (;;) {
+        void *block = malloc(size);
+        const cm_span *span = cm_span_of(block);
+        unsigned slot = cm_thread_cache_current->slot;
+        if (slot != 0 && cm_pagemap_owner(block) == slot &&
+            span->used < cm_classes[span->size_class].objects)
+            return block;
+        assert_true(kept->count < KEPT_MOST);
+        kept->blocks[kept->count++] = block;
+    }
+}
+
+static void free_kept(kept_blocks *kept)
+{
+    while (kept->count > 0)
+        free(kept->blocks[--kept->count]);
+}
+
+#define LIGHT_SIZE 6000 /* a class no other test here allocates */
+static sem_t light_allocated, light_go;
+static void *light_block;
+
+static void *allocate_one_light(void *arg)
+{
+    (void)arg;
+    light_block = malloc(LIGHT_SIZE);
+    sem_post(&light_allocated);
+    sem_wait(&light_go);
+    return NULL;
+}
+
+/* A thread that allocates a few blocks of a class takes no span of it for itself: a live
+ * thread's first block and another's come from one span (churning threads would each hold a
+ * span of every class they touch). Once its fills ask for CM_CLAIM_FILL objects, the spans
+ * they take are the thread's own. */
+static void a_few_blocks_take_no_span(void **state)
+{
+    (void)state;
+    pthread_t thread;
+    sem_init(&light_allocated, 0, 0);
+    sem_init(&light_go, 0, 0);
+    assert_int_equal(pthread_create(&thread, NULL, allocate_one_light, NULL), 0);
+    sem_wait(&light_allocated);
+    void *mine = malloc(LIGHT_SIZE);
+    assert_ptr_equal(cm_span_of(mine), cm_span_of(light_block));
+    assert_int_equal(cm_pagemap_owner(mine), 0);
+    static kept_blocks kept;
+    void *owned = allocate_owned(LIGHT_SIZE, &kept);
+    assert_int_equal(cm_pagemap_owner(owned), cm_thread_cache_current->slot);
+    assert_ptr_not_equal(cm_span_of(owned), cm_span_of(light_block));
+    sem_post(&light_go);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    free(light_block);
+    free(mine);
+    free(owned);
+    free_kept(&kept);
+    assert_true(cm_heap_check());
+}
+
 #define OWNED_SIZE 5000 /* a class no other test here allocates */
 typedef struct {
-    void *block;   /* a block of OWNED_SIZE the thread allocated and left live */
-    unsigned slot; /* the thread's mailbox slot */
+    void *block;       /* a block of OWNED_SIZE the thread allocated and left live */
+    unsigned slot;     /* the thread's mailbox slot */
+    kept_blocks kept;  /* the blocks it allocated before (allocate_owned) */
 } owned_note;
 
 static void *allocate_one_owned(void *arg)
+{
+    owned_note *note = arg;
+    note->block = allocate_owned(OWNED_SIZE, &note->kept);
+    note->slot = cm_thread_cache_current->slot;
+    return NULL;
+}
+
+static void *allocate_one(void *arg)
 {
     owned_note *note = arg;
     note->block = malloc(OWNED_SIZE);
@@ -635,12 +715,13 @@ static void a_live_owners_spans_are_its_own(void **state)
 {
     (void)state;
     unsigned c = cm_size_class(OWNED_SIZE);
-    void *mine = malloc(OWNED_SIZE);
-    owned_note theirs = {0}, next = {0};
+    static kept_blocks kept;
+    static owned_note theirs, next;
+    void *mine = allocate_owned(OWNED_SIZE, &kept);
     unsigned late_slot = 0;
     on_another_thread(allocate_one_owned, &theirs);
     assert_ptr_not_equal(cm_span_of(theirs.block), cm_span_of(mine));
-    on_another_thread(allocate_one_owned, &next); /* starts after the first exited */
+    on_another_thread(allocate_one, &next); /* starts after the first exited */
     assert_int_not_equal(theirs.slot, 0);
     assert_int_equal(next.slot, theirs.slot);
     assert_ptr_equal(cm_span_of(next.block), cm_span_of(theirs.block));
@@ -656,22 +737,25 @@ static void a_live_owners_spans_are_its_own(void **state)
     free(next.block);
     free(theirs.block);
     free(mine);
+    free_kept(&theirs.kept);
+    free_kept(&kept);
     assert_true(cm_heap_check());
 }
 
 #define TAKEOVER_SIZE 7000 /* classes no other test here allocates */
-#define KEPT_SIZE     12000
+#define KEPT_SIZE     6500
 typedef struct {
     void *freed_later, *kept; /* blocks of TAKEOVER_SIZE and KEPT_SIZE the thread left */
     unsigned slot;            /* the thread's mailbox slot */
     sem_t allocated, go;      /* the thread has allocated; it may exit now */
+    kept_blocks before;       /* the blocks it allocated before them (allocate_owned) */
 } leaving_note;
 
 static void *allocate_and_wait(void *arg)
 {
     leaving_note *l = arg;
-    l->freed_later = malloc(TAKEOVER_SIZE);
-    l->kept = malloc(KEPT_SIZE);
+    l->freed_later = allocate_owned(TAKEOVER_SIZE, &l->before);
+    l->kept = allocate_owned(KEPT_SIZE, &l->before);
     l->slot = cm_thread_cache_current->slot;
     sem_post(&l->allocated);
     sem_wait(&l->go);
@@ -716,7 +800,7 @@ static void a_successor_takes_over_the_slot_of_what_it_frees(void **state)
     assert_int_not_equal(kept_class, 0);
     assert_int_not_equal(kept_class, cm_size_class(TAKEOVER_SIZE));
     pthread_t first_thread, second_thread;
-    leaving_note first = {0}, second = {0};
+    static leaving_note first, second;
     start_leaving(&first_thread, &first);
     start_leaving(&second_thread, &second);
     leave(first_thread, &first);   /* parked: first's slot */
@@ -734,6 +818,8 @@ static void a_successor_takes_over_the_slot_of_what_it_frees(void **state)
     free(first.kept);
     free(second.kept);
     free(second.freed_later);
+    free_kept(&first.before);
+    free_kept(&second.before);
     assert_true(cm_heap_check());
 }
 
@@ -750,13 +836,9 @@ static void *flush_own_batch(void *arg)
     unsigned c = cm_size_class(BATCH_SIZE);
     free(malloc(16)); /* the slot opens */
     note->slot = cm_thread_cache_current->slot;
-    void *list = NULL;
-    for (unsigned i = 0; i < cm_classes[c].batch; i++) {
-        void *one;
-        assert_int_equal(cm_central_fill(c, 1, &one, note->slot), 1);
-        cm_link_set(one, list);
-        list = one;
-    }
+    void *list;
+    assert_int_equal(cm_central_fill(c, cm_classes[c].batch, &list, note->slot),
+                     cm_classes[c].batch);
     note->head = list;
     cm_central_flush(c, list, cm_classes[c].batch);
     return NULL;
@@ -772,14 +854,15 @@ static void another_owners_batch_waits_for_it(void **state)
     assert_int_equal(cm_classes[c].size % 128, 0);
     assert_int_not_equal(mine, 0);
     void *first, *second, *theirs;
-    assert_int_equal(cm_central_fill(c, 1, &first, mine), 1); /* a span of its own, with room */
+    /* a span of its own, with room (a fill of CM_CLAIM_FILL takes it as its own) */
+    assert_int_equal(cm_central_fill(c, CM_CLAIM_FILL, &first, mine), CM_CLAIM_FILL);
     batch_note note = {0};
     on_another_thread(flush_own_batch, &note);
     assert_int_not_equal(note.slot, mine);
     assert_int_equal(cm_central_fill(c, 1, &second, mine), 1);
     assert_ptr_equal(cm_span_of(second), cm_span_of(first));
     cm_central_flush(c, second, 1);
-    cm_central_flush(c, first, 1); /* its span empties: no span with room is left to it */
+    cm_central_flush(c, first, CM_CLAIM_FILL); /* its span empties: no span with room left */
     unsigned n = cm_central_fill(c, 1, &theirs, mine);
     assert_int_equal(n, cm_classes[c].batch);
     assert_ptr_equal(theirs, note.head);
@@ -819,16 +902,19 @@ static void a_fill_takes_a_spare_before_carving(void **state)
     }
     cm_central_own(other);
     void *taken, *fresh;
-    assert_int_equal(cm_central_fill(c, 1, &taken, other), 1);
+    /* fills that claim what they take (CM_CLAIM_FILL): the spare has one object */
+    assert_int_equal(cm_central_fill(c, CM_CLAIM_FILL, &taken, other), 1);
     assert_ptr_equal(taken, one_of[SPARE_SPANS - 2]); /* the span behind mine's head */
     assert_int_equal(cm_pagemap_owner(taken), other);
     /* mine keeps its head and CM_SPARES_KEPT more: the next fill carves */
-    assert_int_equal(cm_central_fill(c, 1, &fresh, other), 1);
-    for (unsigned i = 0; i < SPARE_SPANS; i++)
-        assert_ptr_not_equal(cm_span_of(fresh), cm_span_of(one_of[i]));
+    unsigned carved = cm_central_fill(c, CM_CLAIM_FILL, &fresh, other);
+    assert_true(carved >= CM_CLAIM_FILL);
+    for (void *o = fresh; o != NULL; o = cm_link_next(o))
+        for (unsigned i = 0; i < SPARE_SPANS; i++)
+            assert_ptr_not_equal(cm_span_of(o), cm_span_of(one_of[i]));
     assert_true(cm_heap_check());
     cm_central_flush(c, taken, 1);
-    cm_central_flush(c, fresh, 1);
+    cm_central_flush(c, fresh, carved);
     while (kept != NULL) {
         void *next = cm_link_next(kept);
         cm_link_set(kept, NULL);
@@ -855,6 +941,8 @@ static void *empty_a_list_then_look(void *arg)
     missed_note *m = arg;
     unsigned c = cm_size_class(MISSED_SIZE);
     void *look = malloc(LOOK_SIZE); /* the cache's first look: it only sets the clock */
+    static kept_blocks before;
+    m->blocks[m->count++] = allocate_owned(MISSED_SIZE, &before); /* its fills claim now */
     do /* misses and pops, from a span of this thread's with room left, to an empty list */
         m->blocks[m->count++] = malloc(MISSED_SIZE);
     while ((m->count < 3 || cm_thread_cache_current->lists[c].head != NULL) &&
@@ -865,6 +953,7 @@ static void *empty_a_list_then_look(void *arg)
     m->filled = cm_central_fill(c, 1, &m->shared_fill, 0);
     free(miss);
     free(look);
+    free_kept(&before);
     return NULL;
 }
 
@@ -908,6 +997,7 @@ int main(void)
         cmocka_unit_test(a_run_header_pointing_away_is_reported),
         cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
         cmocka_unit_test(mostly_own_lists_are_not_sorted),
+        cmocka_unit_test(a_few_blocks_take_no_span),
         cmocka_unit_test(a_live_owners_spans_are_its_own),
         cmocka_unit_test(a_successor_takes_over_the_slot_of_what_it_frees),
         cmocka_unit_test(another_owners_batch_waits_for_it),
