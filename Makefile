@@ -1,11 +1,11 @@
-# cmalloc - a plain Makefile. Targets: all test debug-test owner-test bench install uninstall deb
-# examples deps clean.
+# cmalloc - a plain Makefile. Targets: all test debug-test central-test bench install uninstall
+# deb examples deps clean.
 #
 #   make                  build/libcmalloc.so, build/libcmalloc.a
 #   make test             build and run every test (cmocka binaries, then shell tests)
 #   make debug-test       the same suite against a -DCM_DEBUG build (asserts, heap walks)
-#   make owner-test       the suite (cmocka binaries, the shell tests the middle end changes)
-#                         against the owner middle end, MIDDLE=owner (below)
+#   make central-test     the suite (cmocka binaries, the shell tests the middle end changes)
+#                         against the central middle end, MIDDLE=central (below)
 #   make bench            the quick benchmark matrix (see scripts/bench-matrix.sh)
 #   make install PREFIX=/usr/local DESTDIR=   library (with soname links), static library,
 #                         headers, the cmalloc launcher, cmalloc.pc, then ldconfig (or what to
@@ -45,16 +45,16 @@ $(error scripts/deps.sh failed: install the packages it names, then run make aga
 endif
 endif
 
-# The middle end, chosen at build time: MIDDLE=central (the default) sends every free to the
-# freeing thread's cache and lets the central caches carry objects home; MIDDLE=owner routes a
-# free of another thread's span to that thread (src/remote.c, docs/DESIGN.md "Remote frees").
+# The middle end, chosen at build time: MIDDLE=owner (the default) routes a free of another
+# thread's span to that thread (src/remote.c, docs/DESIGN.md "Remote frees"); MIDDLE=central
+# sends every free to the freeing thread's cache and lets the central caches carry objects home.
 # The choice is recorded in build/middle so that switching rebuilds every object.
-MIDDLE ?= central
+MIDDLE ?= owner
 ifeq ($(MIDDLE),owner)
 MIDDLE_SRCS  := src/remote.c
 MIDDLE_FLAGS := -DCM_MIDDLE_OWNER
 else ifneq ($(MIDDLE),central)
-$(error MIDDLE=$(MIDDLE): the middle ends are central (the default) and owner)
+$(error MIDDLE=$(MIDDLE): the middle ends are owner (the default) and central)
 endif
 LIBFLAGS += $(MIDDLE_FLAGS)
 
@@ -235,24 +235,21 @@ debug-test:
 	cp -r $(wildcard $(DEBUG_TREE)) build/debug/
 	$(MAKE) -C build/debug test CFLAGS="-O2 -g -DCM_DEBUG"
 
-# The owner middle end (MIDDLE=owner) tested in a copy of the tree under build/owner, as
+# The central middle end (MIDDLE=central) tested in a copy of the tree under build/central, as
 # debug-test does, so that the default build here is left alone: every cmocka binary, and of
 # the shell tests those whose answer depends on the middle end (the fast-path budget, the
 # layering's order and its circles, real and user programs under LD_PRELOAD, the stats). The
 # rest (install, packaging, launcher, bench smoke, profiler cost) test nothing the middle end
 # changes; leaving them out keeps .ci/run, which runs both, within its time. `make test
-# MIDDLE=owner` runs it all. Then ThreadSanitizer over the owner build's internals (make
-# sanitize-tsan, under a minute): its mailboxes and routes are read and written by threads
-# with no lock.
-OWNER_TEST_SCRIPTS := tests/test_fastpath_budget.sh tests/test_layers.sh tests/test_layering.sh \
-                      tests/test_programs.sh tests/test_user_programs.sh tests/test_stats_json.sh
-owner-test:
-	rm -rf build/owner && mkdir -p build/owner
-	cp -r $(wildcard $(DEBUG_TREE)) build/owner/
-	$(MAKE) -C build/owner test MIDDLE=owner TEST_SCRIPTS="$(OWNER_TEST_SCRIPTS)"
-	$(MAKE) -C build/owner sanitize-tsan MIDDLE=owner
+# MIDDLE=central` runs it all.
+CENTRAL_TEST_SCRIPTS := tests/test_fastpath_budget.sh tests/test_layers.sh tests/test_layering.sh \
+                        tests/test_programs.sh tests/test_user_programs.sh tests/test_stats_json.sh
+central-test:
+	rm -rf build/central && mkdir -p build/central
+	cp -r $(wildcard $(DEBUG_TREE)) build/central/
+	$(MAKE) -C build/central test MIDDLE=central TEST_SCRIPTS="$(CENTRAL_TEST_SCRIPTS)"
 
 clean:
 	rm -rf build
 
-.PHONY: all test bench install uninstall deps clean debug-test owner-test deb examples FORCE
+.PHONY: all test bench install uninstall deps clean debug-test central-test deb examples FORCE
