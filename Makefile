@@ -1,11 +1,9 @@
-# cmalloc - a plain Makefile. Targets: all test debug-test central-test bench install uninstall
+# cmalloc - a plain Makefile. Targets: all test debug-test bench install uninstall
 # deb examples deps clean.
 #
 #   make                  build/libcmalloc.so, build/libcmalloc.a
 #   make test             build and run every test (cmocka binaries, then shell tests)
 #   make debug-test       the same suite against a -DCM_DEBUG build (asserts, heap walks)
-#   make central-test     the suite (cmocka binaries, the shell tests the middle end changes)
-#                         against the central middle end, MIDDLE=central (below)
 #   make bench            the quick benchmark matrix (see scripts/bench-matrix.sh)
 #   make install PREFIX=/usr/local DESTDIR=   library (with soname links), static library,
 #                         headers, the cmalloc launcher, cmalloc.pc, then ldconfig (or what to
@@ -45,22 +43,9 @@ $(error scripts/deps.sh failed: install the packages it names, then run make aga
 endif
 endif
 
-# The middle end, chosen at build time: MIDDLE=owner (the default) routes a free of another
-# thread's span to that thread (src/remote.c, docs/DESIGN.md "Remote frees"); MIDDLE=central
-# sends every free to the freeing thread's cache and lets the central caches carry objects home.
-# The choice is recorded in build/middle so that switching rebuilds every object.
-MIDDLE ?= owner
-ifeq ($(MIDDLE),owner)
-MIDDLE_SRCS  := src/remote.c
-MIDDLE_FLAGS := -DCM_MIDDLE_OWNER
-else ifneq ($(MIDDLE),central)
-$(error MIDDLE=$(MIDDLE): the middle ends are owner (the default) and central)
-endif
-LIBFLAGS += $(MIDDLE_FLAGS)
-
 # Layer order: platform, metadata, back end, middle end, front end, entry points.
 SRCS := src/os.c src/error.c src/options.c src/size_class.c src/metadata.c src/pagemap.c \
-        src/page_heap.c src/central_cache.c $(MIDDLE_SRCS) src/thread_cache.c src/alloc.c \
+        src/page_heap.c src/central_cache.c src/remote.c src/thread_cache.c src/alloc.c \
         src/check.c src/guard.c src/prof.c src/api.c src/stats.c src/stats_json.c src/stats_exit.c \
         src/background.c src/init.c src/compound.c src/pool.c src/arena.c src/override.c
 # new_handler.cc: C++ only for what C cannot do (catch a new-handler's exception); the C++
@@ -77,19 +62,14 @@ TEST_BINS    := $(patsubst tests/%.c,build/tests/%,$(wildcard tests/test_*.c))
 TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
 BENCH_BINS   :=
 # -fno-builtin: the compiler must not elide or merge the malloc/free calls the tests exist to make.
-TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -fno-builtin -Iinclude -Isrc $(MIDDLE_FLAGS)
+TEST_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -pthread -fno-builtin -Iinclude -Isrc
 
 all: $(LIB_SO) $(LIB_A)
 
 # Every object is rebuilt when a header of the library changes.
 LIB_HEADERS := $(wildcard src/*.h) include/cmalloc.h
-build/obj/%.o: src/%.c $(LIB_HEADERS) build/middle | build/obj
+build/obj/%.o: src/%.c $(LIB_HEADERS) | build/obj
 	$(CC) $(CFLAGS) $(WARN) $(LIBFLAGS) -c $< -o $@
-
-# Rewritten only when the choice changes, so that only a switch rebuilds.
-build/middle: FORCE | build/obj
-	@[ "$$(cat $@ 2>/dev/null)" = "$(MIDDLE)" ] || echo "$(MIDDLE)" > $@
-FORCE:
 
 CXX ?= g++
 build/obj/%.o: src/%.cc | build/obj
@@ -235,21 +215,7 @@ debug-test:
 	cp -r $(wildcard $(DEBUG_TREE)) build/debug/
 	$(MAKE) -C build/debug test CFLAGS="-O2 -g -DCM_DEBUG"
 
-# The central middle end (MIDDLE=central) tested in a copy of the tree under build/central, as
-# debug-test does, so that the default build here is left alone: every cmocka binary, and of
-# the shell tests those whose answer depends on the middle end (the fast-path budget, the
-# layering's order and its circles, real and user programs under LD_PRELOAD, the stats). The
-# rest (install, packaging, launcher, bench smoke, profiler cost) test nothing the middle end
-# changes; leaving them out keeps .ci/run, which runs both, within its time. `make test
-# MIDDLE=central` runs it all.
-CENTRAL_TEST_SCRIPTS := tests/test_fastpath_budget.sh tests/test_layers.sh tests/test_layering.sh \
-                        tests/test_programs.sh tests/test_user_programs.sh tests/test_stats_json.sh
-central-test:
-	rm -rf build/central && mkdir -p build/central
-	cp -r $(wildcard $(DEBUG_TREE)) build/central/
-	$(MAKE) -C build/central test MIDDLE=central TEST_SCRIPTS="$(CENTRAL_TEST_SCRIPTS)"
-
 clean:
 	rm -rf build
 
-.PHONY: all test bench install uninstall deps clean debug-test central-test deb examples FORCE
+.PHONY: all test bench install uninstall deps clean debug-test deb examples

@@ -7,13 +7,13 @@
  *                    transfer_capacity and doubles on overflow while other threads take the
  *                    batches (each remembers its flusher), up to limit_when_shared(); each
  *                    decay tick with no such take halves it back (policy.h says why).
- *                    MIDDLE=owner: a fill takes the newest batch no other live owner's spans
+ *                    A fill takes the newest batch no other live owner's spans
  *                    hold, and another's only when no span has room for it (batch_for).
  *   spans            the class's SMALL spans that have room (returned objects or never-used
  *                    space at the bump pointer), doubly linked; full spans are on no list,
- *                    nor (MIDDLE=owner) a full span that runs came back to until a
+ *                    nor a full span that runs came back to until a
  *                    1/CM_SPAN_WAKE_DIVISOR of it is free (cm_central_take_runs).
- *                    MIDDLE=owner: a span with room whose owner (the pagemap's slot) lives is
+ *                    A span with room whose owner (the pagemap's slot) lives is
  *                    on that owner's list instead of the shared one, and only its fills take
  *                    from it, but for a spare another fill takes before it carves
  *                    (spare_of_another); the owner's exit, or its leaving the class idle,
@@ -21,7 +21,7 @@
  *                    CM_CLAIM_FILL objects or more.
  *
  * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
- * time for a thread whose cache is gone, MIDDLE=owner: the runs of a mailbox), alloc.c (drain
+ * time for a thread whose cache is gone, the runs of a mailbox), alloc.c (drain
  * before a retry when the OS refuses memory) and background.c (the decay tick).
  * Release by age: batches that sat in a transfer cache through a whole interval of
  * CMALLOC_RELEASE_DELAY_MS (below the interval's low-water mark) go back to their spans, so
@@ -44,14 +44,11 @@ typedef struct central {
     unsigned shared_takes;       /* fills since the last tick that took another thread's batch */
     cm_span *spans;              /* spans with room */
     size_t objects_out;
-#ifdef CM_MIDDLE_OWNER
     unsigned owned_spares; /* spans on owners' lists behind the first (spare_of_another) */
     unsigned spare_cursor; /* the slot its next search for one starts after */
-#endif
 } __attribute__((aligned(64))) central;
 
 static central centrals[CM_CLASSES_MAX] = {[0 ... CM_CLASSES_MAX - 1] = {.lock = CM_LOCK_INIT}};
-#ifdef CM_MIDDLE_OWNER
 /* Each live owner's spans with room, per class, under the class's lock: only that owner's fills
  * take from them, so a thread's objects share pages with no other live thread's (larson_bench
  * at 2 threads: 83% of the windows' pages held both lanes' blocks when any fill could take any
@@ -62,7 +59,6 @@ enum { OWNER_NONE, OWNER_LIVE, OWNER_PARKED }; /* a slot's owner: none, a live c
 static _Atomic uint8_t slot_owner[CM_REMOTE_SLOTS]; /* its spans go on its lists unless NONE */
 static _Atomic unsigned highest_owner; /* the highest slot that ever listed a span: where
                                           spare_of_another's search stops */
-#endif
 /* The transfer caches' slots, apart from the locks and counters so that those stay on a few
  * pages (a fork's lock handover writes every class's lock: each page touched is copied). */
 static void *transfer[CM_CLASSES_MAX][CM_TRANSFER_SLOTS];               /* full batches */
@@ -104,22 +100,18 @@ static unsigned transfer_limit(central *c, unsigned size_class)
     return c->transfer_limit;
 }
 
-#ifdef CM_MIDDLE_OWNER
 /* Whether slot has a live (or parked) owner, whose spans are its own. */
 static bool owner_lives(unsigned slot)
 {
     return slot != 0 && atomic_load_explicit(&slot_owner[slot], memory_order_relaxed) != OWNER_NONE;
 }
-#endif
 
-/* The list span goes on: its owner's while the owner lives (MIDDLE=owner), else the class's. */
+/* The list span goes on: its owner's while the owner lives, else the class's. */
 static cm_span **list_for(central *c, cm_span *span, unsigned *owner)
 {
-#ifdef CM_MIDDLE_OWNER
     *owner = cm_pagemap_owner(cm_span_start(span));
     if (owner_lives(*owner))
         return &owned_spans[*owner][span->size_class];
-#endif
     (void)span;
     *owner = 0;
     return &c->spans;
@@ -127,24 +119,20 @@ static cm_span **list_for(central *c, cm_span *span, unsigned *owner)
 
 static cm_span **list_holding(central *c, const cm_span *span)
 {
-#ifdef CM_MIDDLE_OWNER
     if (span->listed_owner != 0)
         return &owned_spans[span->listed_owner][span->size_class];
-#endif
     (void)span;
     return &c->spans;
 }
 
 static void span_list_push(central *c, cm_span **head, cm_span *span, unsigned owner)
 {
-#ifdef CM_MIDDLE_OWNER
     if (owner != 0) {
         c->owned_spares += *head != NULL;
         unsigned highest = atomic_load_explicit(&highest_owner, memory_order_relaxed);
         while (owner > highest && !atomic_compare_exchange_weak(&highest_owner, &highest, owner))
             ;
     }
-#endif
     (void)c;
     span->prev = NULL;
     span->next = *head;
@@ -164,10 +152,8 @@ static void span_list_add(central *c, cm_span *span)
 
 static void span_list_remove(central *c, cm_span *span)
 {
-#ifdef CM_MIDDLE_OWNER
     if (span->listed_owner != 0)
         c->owned_spares -= span->prev != NULL || span->next != NULL;
-#endif
     if (span->prev)
         span->prev->next = span->next;
     else
@@ -239,7 +225,6 @@ static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
     return info->objects - span->used - (uint32_t)((size_t)(span->limit - span->bump) / info->size);
 }
 
-#ifdef CM_MIDDLE_OWNER
 /* Gives back the runs an owner took from its mailbox (internal.h, "runs": count objects of
  * size_class in all), each spliced onto its span's list by its header, with no object walked:
  * only heads and last objects are touched. A span whose every object came back goes to the
@@ -281,9 +266,7 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
         cm_report_corrupt_list(first);
     cm_lock_release(&c->lock);
 }
-#endif
 
-#ifdef CM_MIDDLE_OWNER
 /* slot has an owner now: the spans its fills take are listed as its own. */
 void cm_central_own(unsigned slot)
 {
@@ -319,7 +302,6 @@ void cm_central_disown(unsigned slot)
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
         cm_central_share(slot, size_class);
 }
-#endif
 
 /* Moves want objects of span onto *list (fewer when it runs out, a few more to end a pair of
  * cache lines); returns how many. Given-back objects come first, cut off the span's list as a
@@ -364,7 +346,6 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
     return taken;
 }
 
-#ifdef CM_MIDDLE_OWNER
 /* Whether the owner of slot, whose list of the class starts at head, can spare the span behind
  * head: a parked slot (its thread gone) any, a live owner only once it holds CM_SPARES_KEPT
  * more. The head, the span the owner fills from, is never taken. */
@@ -400,27 +381,23 @@ static cm_span *spare_of_another(central *c, unsigned size_class, unsigned owner
     }
     return NULL;
 }
-#endif
 
 /* The span a fill by owner takes from: one of its own with room, else one of the shared list,
- * else (MIDDLE=owner, a fill that claims what it takes) another owner's spare, else a fresh
+ * else (a fill that claims what it takes) another owner's spare, else a fresh
  * one; NULL when memory is exhausted. */
 static cm_span *own_span(central *c, unsigned size_class, unsigned owner, bool claims)
 {
-#ifdef CM_MIDDLE_OWNER
     if (owner != 0 && owned_spans[owner][size_class] != NULL)
         return owned_spans[owner][size_class];
     cm_span *spare;
     if (c->spans == NULL && claims && (spare = spare_of_another(c, size_class, owner)))
         return spare;
-#endif
-    (void)owner, (void)claims;
     return c->spans ? c->spans : span_new_locked(c, size_class);
 }
 
 /* The transfer cache's batch a fill by owner takes (its index; -1: none, fill from the spans):
- * the newest, or (MIDDLE=owner) the newest of the CM_TRANSFER_OWN_SCAN newest that no other
- * live owner's spans hold, so that what a thread gave back in whole batches comes back to it,
+ * the newest of the CM_TRANSFER_OWN_SCAN newest that no other live owner's spans hold (with no
+ * owner, the newest), so that what a thread gave back in whole batches comes back to it,
  * not to a thread beside it whose blocks would then share pages with its own, and whose frees
  * of them would be remote. With none of its own, a fill takes another's batch only when no
  * span has room: a fresh span would leave that batch waiting (the order-book replay at 2
@@ -428,7 +405,6 @@ static cm_span *own_span(central *c, unsigned size_class, unsigned owner, bool c
 static int batch_for(central *c, unsigned size_class, unsigned owner)
 {
     int newest = (int)c->transfer_count - 1;
-#ifdef CM_MIDDLE_OWNER
     if (owner != 0)
         for (int i = newest; i >= 0 && i > newest - CM_TRANSFER_OWN_SCAN; i--) {
             unsigned holder = cm_pagemap_owner(transfer[size_class][i]);
@@ -436,10 +412,6 @@ static int batch_for(central *c, unsigned size_class, unsigned owner)
                 return i;
         }
     return owner != 0 && (owned_spans[owner][size_class] != NULL || c->spans != NULL) ? -1 : newest;
-#else
-    (void)size_class, (void)owner;
-    return newest;
-#endif
 }
 
 /* Takes about count objects as a NULL-terminated list in *head; returns how many. When the
@@ -449,7 +421,7 @@ static int batch_for(central *c, unsigned size_class, unsigned owner)
  * out: taking a second span's list means walking it to its end, each link an object another
  * thread freed last and so a cache miss, under the lock (rpmalloc_bench at 1 and 2 threads ran
  * 14-17% faster without that walk). Returns 0 only when memory is exhausted. owner: the
- * filling cache's slot (MIDDLE=owner, remote.c; unused otherwise): its own spans are filled
+ * filling cache's slot (remote.c; 0: none): its own spans are filled
  * from first, and a fill of CM_CLAIM_FILL objects or more takes the shared or fresh spans it
  * fills from as its own, their frees routed to it from now on; smaller fills (a list in its
  * slow start, and every fill of the classes above 8 KiB) leave them shared. */
@@ -469,11 +441,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsig
         cm_lock_release(&c->lock);
         return cm_classes[size_class].batch;
     }
-#ifdef CM_MIDDLE_OWNER
     const bool claims = owner != 0 && count >= CM_CLAIM_FILL; /* else shared spans stay shared */
-#else
-    const bool claims = false;
-#endif
     while (n < count) {
         cm_span *span = own_span(c, size_class, owner, claims);
         if (span == NULL)
@@ -663,9 +631,9 @@ static bool span_list_valid(unsigned size_class, const cm_span *head, unsigned o
     return true;
 }
 
-/* Checks every class: listed spans (shared and, MIDDLE=owner, each owner's) have room and
+/* Checks every class: listed spans (shared and each owner's) have room and
  * account for each object, transfer batches are whole batches of the class, and objects_out
- * covers both; (MIDDLE=owner) the count of spans behind the heads of owners' lists is right. */
+ * covers both; the count of spans behind the heads of owners' lists is right. */
 bool cm_central_valid(void)
 {
     bool ok = true;
@@ -675,12 +643,10 @@ bool cm_central_valid(void)
         size_t listed_used = 0, shared_spares = 0, spares = 0;
         cm_lock_acquire(&c->lock);
         ok = span_list_valid(size_class, c->spans, 0, &listed_used, &shared_spares);
-#ifdef CM_MIDDLE_OWNER
         for (unsigned slot = 1; slot < CM_REMOTE_SLOTS && ok; slot++)
             ok = span_list_valid(size_class, owned_spans[slot][size_class], slot, &listed_used,
                                  &spares);
         ok = ok && spares == c->owned_spares;
-#endif
         (void)spares;
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
             ok = cm_object_list_valid(size_class, transfer[size_class][i], info->batch);

@@ -4,7 +4,7 @@
  *
  * Lock order (outer first); fork handlers take them in this order too, after glibc's stdio
  * list lock (os.c):
- *   pools -> a THREAD_SAFE pool -> thread-cache registry -> parked slots (MIDDLE=owner)
+ *   pools -> a THREAD_SAFE pool -> thread-cache registry -> parked slots
  *   -> central cache[1..n] -> page heap
  *   -> span structs -> pagemap -> metadata
  * check.c's quarantine lock is never held while taking another; fork takes it before the
@@ -108,7 +108,7 @@ static inline bool cm_small_class(size_t size, size_t *size_class)
 }
 static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 {
-    size_t size_class;
+    size_t size_class = 0; /* kept when size is not small, which callers rule out */
     cm_small_class(size, &size_class);
     return (unsigned)size_class;
 }
@@ -123,11 +123,9 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
 typedef struct cm_page_class {
     uint8_t size_class; /* the page's span's size_class, or 0 */
     uint8_t span_pages; /* SMALL: pages from the span's start */
-#ifdef CM_MIDDLE_OWNER
     uint16_t owner; /* SMALL: the slot of the cache that last took objects from the span, or 0
                        (remote.c); written under the class's central lock, read racily as a
                        route */
-#endif
 } cm_page_class;
 typedef struct cm_pagemap_leaf {
     cm_page_class classes[CM_PAGEMAP_LEAF_ENTRIES]; /* first: free indexes it with no offset */
@@ -142,14 +140,7 @@ void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
 size_t cm_pagemap_release_empty(void);
 size_t cm_pagemap_bytes(void);
 void cm_pagemap_fork(int phase);
-#ifdef CM_MIDDLE_OWNER
 void cm_pagemap_set_owner(const cm_span *span, unsigned owner);
-#else
-static inline void cm_pagemap_set_owner(const cm_span *span, unsigned owner)
-{
-    (void)span, (void)owner; /* the central middle end routes no free */
-}
-#endif
 static inline cm_pagemap_leaf *cm_pagemap_leaf_of(const void *address)
 {
     if (CM_UNLIKELY((uintptr_t)address >> CM_ADDRESS_BITS))
@@ -173,7 +164,6 @@ static inline unsigned cm_pagemap_class_of(const void *address)
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(address);
     return leaf ? leaf->classes[cm_pagemap_index(address)].size_class : 0;
 }
-#ifdef CM_MIDDLE_OWNER
 /* The slot that frees of the SMALL span holding address go to: a route, read racily (fills
  * rewrite it under their class's lock). */
 static inline unsigned cm_pagemap_owner(const void *address)
@@ -181,7 +171,6 @@ static inline unsigned cm_pagemap_owner(const void *address)
     return __atomic_load_n(&cm_pagemap_leaf_of(address)->classes[cm_pagemap_index(address)].owner,
                            __ATOMIC_RELAXED);
 }
-#endif
 static inline cm_span *cm_pagemap_lookup(const void *address)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(address);
@@ -222,13 +211,11 @@ void cm_page_heap_fork(int phase);
 unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
-#ifdef CM_MIDDLE_OWNER
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count);
 void cm_central_own(unsigned slot);
 void cm_central_park(unsigned slot);
 void cm_central_share(unsigned slot, unsigned size_class);
 void cm_central_disown(unsigned slot);
-#endif
 void cm_central_drain(void);
 void cm_central_tick(uint64_t now);
 size_t cm_central_objects_out(unsigned size_class, size_t *cached_objects);
@@ -238,8 +225,7 @@ bool cm_list_unlink(void **head, void *object, size_t most, unsigned size_class)
 bool cm_central_valid(void);
 void cm_central_fork(int phase);
 
-#ifdef CM_MIDDLE_OWNER
-/* remote.c: the owners' mailboxes (MIDDLE=owner), a stack per slot and size class */
+/* remote.c: the owners' mailboxes, a stack per slot and size class */
 /* What a freeing thread gathers for one owner: objects prepended one by one, cut into runs of
  * one span each (internal.h, "runs"). Zeroed to start. A post links the oldest run, the
  * chain's bottom, to what the mailbox holds: its last object's link and its head's header. */
@@ -268,7 +254,6 @@ void cm_remote_leave_behind(unsigned slot);
 void cm_remote_fork_child(unsigned forking);
 bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own);
 bool cm_remote_valid(unsigned own);
-#endif
 
 /* thread_cache.c */
 extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
@@ -446,8 +431,7 @@ static inline uint32_t cm_free_list_length(const cm_free_list *list)
     return list->max_length - (uint32_t)list->room;
 }
 
-#ifdef CM_MIDDLE_OWNER
-/* ---- runs (MIDDLE=owner) -------------------------------------------------------------------
+/* ---- runs ----------------------------------------------------------------------------------
  * A run is a list of free objects of one span posted together to an owner's mailbox
  * (remote.c); the runs of a mailbox are linked into one list (a run's last object links to the
  * next run's head), so the mailbox is still a plain list to whoever walks it. In classes of at
@@ -481,7 +465,6 @@ static inline void *cm_run_header(const void *head, uint32_t *count, void **last
     *last = (void *)(length_last >> 16);
     return (void *)(word[1] ^ ((uintptr_t)&word[1] ^ cm_list_key));
 }
-#endif
 
 #pragma GCC visibility pop
 

@@ -14,7 +14,7 @@
  * Invariant: an entry is NULL or points to the live span that contains its page, and its
  * class byte equals that span's size_class (0 when NULL) and, for a SMALL span, its page
  * byte is the page's distance from the span's first page; a leaf's used counts its entries
- * that are not NULL, and a released leaf has used == 0. MIDDLE=owner: every page of a span has
+ * that are not NULL, and a released leaf has used == 0. Every page of a span has
  * the same owner (0 when the span is set), written by the central cache on a fill (under the
  * class's lock: the span is SMALL, so its leaf is in use and never released meanwhile).
  */
@@ -68,12 +68,9 @@ void cm_pagemap_set(uintptr_t page, cm_span *span)
     leaf->spans[i] = span;
     leaf->classes[i].size_class = span ? span->size_class : 0;
     leaf->classes[i].span_pages = span && span->size_class ? (uint8_t)(page - span->page) : 0;
-#ifdef CM_MIDDLE_OWNER
     __atomic_store_n(&leaf->classes[i].owner, 0, __ATOMIC_RELAXED);
-#endif
 }
 
-#ifdef CM_MIDDLE_OWNER
 /* Routes the frees of span's objects to slot owner (remote.c); written only when it changes. */
 void cm_pagemap_set_owner(const cm_span *span, unsigned owner)
 {
@@ -85,7 +82,6 @@ void cm_pagemap_set_owner(const cm_span *span, unsigned owner)
         __atomic_store_n(&entry->owner, (uint16_t)owner, __ATOMIC_RELAXED);
     }
 }
-#endif
 
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span)
 {

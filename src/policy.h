@@ -126,7 +126,7 @@
 /* ---- guarded allocations (src/guard.c) ------------------------------------------------------ */
 #define CM_GUARD_SLOTS_MAX 65536 /* CMALLOC_GUARD_SLOTS takes no more: 512 MiB of reservation */
 
-/* ---- remote frees (MIDDLE=owner, remote.c) --------------------------------------------------
+/* ---- remote frees (remote.c) ---------------------------------------------------------------
  * Slots for thread caches' mailboxes (the pagemap's owner field is 16 bits; threads beyond
  * them free the central way). A run a list gives back is split among at most this many owners
  * (objects of further owners in the same run go the central way); a mailbox whose owner has
@@ -138,10 +138,10 @@
  * that replaces one that exited takes over its pages, as larson's and mstress's do); each is
  * shared out after a release delay unused. */
 #define CM_PARKED_SLOTS         64
-/* MIDDLE=owner: the newest batches of a transfer cache a fill looks through for one no other
+/* The newest batches of a transfer cache a fill looks through for one no other
  * live owner's spans hold (central_cache.c's batch_for). */
 #define CM_TRANSFER_OWN_SCAN 8
-/* MIDDLE=owner: before it carves a fresh span, a fill takes a span with room that another
+/* Before it carves a fresh span, a fill takes a span with room that another
  * owner can spare (central_cache.c's spare_of_another): the one with the most room of the first
  * CM_SPARE_SCAN behind the head of its list; a live owner keeps its head and CM_SPARES_KEPT
  * more. Peak RSS (`scripts/bench-ab.sh --reps 5 --seconds 0.3 --rows larson2,larson8,rpm8`):
@@ -153,7 +153,7 @@
 /* Allocation misses a new cache fills without a slot while the one owning what it freed is
  * still on its way to being parked (its thread exiting). */
 #define CM_SLOT_WAIT_MISSES 8
-/* MIDDLE=owner: the fewest objects a fill asks for to take the spans it fills from as its own
+/* The fewest objects a fill asks for to take the spans it fills from as its own
  * (central_cache.c's cm_central_fill). A thread's first fills of a class are small (its list
  * grows by one object a miss), and a thread that uses a class for a few objects only would
  * otherwise hold a span of it to itself: churn_bench at 8 threads (256 blocks of 16-4096 B a

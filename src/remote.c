@@ -1,5 +1,5 @@
-/* remote.c - the owner middle end's mailboxes (MIDDLE=owner): where frees of another thread's
- * objects go, with no lock.
+/* remote.c - the thread caches' mailboxes: where frees of another thread's objects go, with no
+ * lock.
  *
  * Every live thread cache holds a slot, a number from 1 to CM_REMOTE_SLOTS - 1 (0: none, when
  * all are taken). The central cache writes the filling cache's slot into the pagemap's owner

@@ -31,7 +31,7 @@
  * Fork: in the child the other threads' caches are left behind whole, never flushed or reused
  * (their lists may be half-updated); a free there of a block on one of their lists is its first
  * in the child (cm_thread_cache_take_left_behind).
- * MIDDLE=owner (remote.c): each cache opens a mailbox slot at an early allocation miss (the
+ * Remote frees (remote.c): each cache opens a mailbox slot at an early allocation miss (the
  * parked slot owning what it has freed so far, when there is one), which the central cache
  * writes as the owner of the spans the cache fills from. The fast paths do not look at it: a free of
  * another cache's object is pushed on this thread's list like any other. What a list gives
@@ -90,19 +90,15 @@ static uint32_t list_cap(unsigned size_class)
     return cap > batch ? cap : batch;
 }
 
-/* The most objects one fill asks for. MIDDLE=owner: a batch, or CM_FILL_BYTES of small
+/* The most objects one fill asks for: a batch, or CM_FILL_BYTES of small
  * objects (the runs a mailbox gives back leave spans to carve, and each fill is a lock and a
  * drain of the carving's stores: at 32 objects of 64 B per fill, producer/consumer spent a
  * third of its time on fills). */
 static uint32_t fill_most(unsigned size_class)
 {
     uint32_t batch = cm_classes[size_class].batch;
-#ifdef CM_MIDDLE_OWNER
     uint32_t by_bytes = (uint32_t)(CM_FILL_BYTES / cm_classes[size_class].size);
     return by_bytes > batch ? by_bytes : batch;
-#else
-    return batch;
-#endif
 }
 
 /* Claims up to want bytes of the global budget; returns what it got. */
@@ -141,8 +137,8 @@ static void set_max_length(cm_thread_cache *cache, unsigned size_class, uint32_t
 
 /* Flushes count objects from the head of a list to the central cache, in whole batches where
  * it can (a full batch lands in the transfer cache, ready for another thread). keep_own (a
- * list making room for a free, count at most a batch): MIDDLE=owner may put back what was not
- * sent to other owners (send_home). */
+ * list making room for a free, count at most a batch) may put back what was not sent to
+ * other owners (send_home). */
 static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_t count,
                             bool keep_own)
 {
@@ -192,8 +188,7 @@ static void unregister(cm_thread_cache *cache)
     unregister_to(cache, &spare_caches);
 }
 
-#ifdef CM_MIDDLE_OWNER
-/* ---- remote frees (MIDDLE=owner; remote.c has the mailboxes) ------------------------------ */
+/* ---- remote frees (remote.c has the mailboxes) -------------------------------------------- */
 /* What slot's mailbox holds for size_class goes to the central cache: in classes with run
  * headers, each run to its span without a walk. */
 static void give_back_mailbox(unsigned slot, unsigned size_class)
@@ -480,69 +475,6 @@ static bool take_left_behind_remote(void *object, unsigned size_class)
     return cm_remote_take_left_behind(
         object, size_class, thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
 }
-#else /* the central middle end: no slots, no mailboxes */
-static void open_slot_on_miss(cm_thread_cache *cache)
-{
-    (void)cache;
-}
-static unsigned owner_slot(const cm_thread_cache *cache)
-{
-    (void)cache;
-    return 0;
-}
-static void leave_slot_behind(cm_thread_cache *cache)
-{
-    (void)cache;
-}
-static void fork_child_slot(void)
-{
-}
-static void share_out_expired(uint64_t now)
-{
-    (void)now;
-}
-static void fork_parked(int phase)
-{
-    (void)phase;
-}
-static bool take_left_behind_remote(void *object, unsigned size_class)
-{
-    (void)object, (void)size_class;
-    return false;
-}
-static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
-                      bool keep_own)
-{
-    (void)cache, (void)keep_own;
-    cm_central_flush(size_class, list, count);
-}
-static void flush_remote(cm_thread_cache *cache)
-{
-    (void)cache;
-}
-static void abandon(cm_thread_cache *cache)
-{
-    (void)cache;
-}
-static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
-{
-    (void)cache, (void)size_class;
-}
-static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
-{
-    (void)cache, (void)size_class;
-    return false;
-}
-static bool remote_valid(cm_thread_cache *cache)
-{
-    (void)cache;
-    return true;
-}
-static size_t mailbox_bytes(void)
-{
-    return 0;
-}
-#endif
 
 static void thread_exit(void *arg)
 {
@@ -817,7 +749,7 @@ static size_t held_bytes(const cm_thread_cache *cache)
 }
 
 /* Bytes held by all thread caches: exact for the calling thread's, as of their last slow path
- * for the others', and what waits in their mailboxes (MIDDLE=owner); *caches gets how many
+ * for the others', and what waits in their mailboxes; *caches gets how many
  * caches live. */
 size_t cm_thread_cache_bytes(size_t *caches)
 {

@@ -69,8 +69,8 @@ typedef struct cm_span {
     uint8_t state;          /* CM_SPAN_* */
     uint8_t released;       /* FREE: pages were given back to the OS (madvise) */
     uint8_t listed;         /* SMALL: on its central cache's list of spans with room */
-    uint16_t listed_owner;  /* SMALL, listed: MIDDLE=owner, the slot whose list it is on (0: the
-                               class's shared list) */
+    uint16_t listed_owner;  /* SMALL, listed: the slot whose list it is on (0: the class's
+                               shared list) */
     uint64_t free_since_ms; /* FREE: when it became free, for release by age */
 } cm_span;
 
@@ -113,13 +113,11 @@ typedef struct cm_thread_cache {
     uint64_t idle_check_ms;                    /* when the slow paths next look for idle lists */
     void *idle_head[CM_CLASSES_MAX];           /* each list's head at the last look, or
                                                   LIST_MISSED (thread_cache.c) */
-#ifdef CM_MIDDLE_OWNER
     uint32_t slot; /* its mailboxes (remote.c), the owner of the spans it fills from; 0: none */
     uint8_t slot_misses; /* allocation misses without a slot (thread_cache.c's
                             open_slot_on_miss); CM_SLOT_WAIT_MISSES once one was opened */
     uint8_t unsorted[CM_CLASSES_MAX]; /* lists given back whole to the central cache before the
                                          next is sorted by owner (thread_cache.c's send_home) */
-#endif
 } cm_thread_cache;
 
 #endif /* CM_TYPES_H */

@@ -24,11 +24,10 @@ def code(path):
 
 
 def sources():
-    """SRCS in order, with the sources of every middle end the Makefile can choose (MIDDLE)."""
+    """The Makefile's SRCS, in order."""
     makefile = open("Makefile").read()
     match = re.search(r"^SRCS\s*:=\s*((?:.*\\\n)*.*)$", makefile, re.M)
-    middle = " ".join(re.findall(r"^MIDDLE_SRCS\s*:=\s*(.*)$", makefile, re.M))
-    words = match.group(1).replace("\\", " ").replace("$(MIDDLE_SRCS)", middle).split()
+    words = match.group(1).replace("\\", " ").split()
     return [word for word in words if word.endswith(".c")]
 
 

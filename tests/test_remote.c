@@ -1,8 +1,8 @@
-/* test_remote.c - frees of another thread's blocks, under either middle end: nothing is lost
+/* test_remote.c - frees of another thread's blocks: nothing is lost
  * when the allocating thread exits first or the freeing one exits with frees pending, nor in
  * rounds of threads freeing each other's blocks as they come and go, a second
  * free of a block another thread freed is reported, and the heap checks hold throughout.
- * Under MIDDLE=owner also: the blocks come back to the thread that allocated them (its
+ * The blocks come back to the thread that allocated them (its
  * mailbox, not the central cache), in runs whose spans, when whole, go back to the page heap
  * on the owner's next miss (runs of a block or two become its list as they are); a run
  * header overwritten is reported; a list making room keeps
@@ -46,7 +46,6 @@ static void on_another_thread(void *(*body)(void *), void *arg)
     assert_int_equal(pthread_join(thread, NULL), 0);
 }
 
-#ifdef CM_MIDDLE_OWNER
 /* Posts a list taken from slot's mailbox back to it, cut into runs again. */
 static void post_back(unsigned slot, unsigned size_class, void *list, uint32_t count)
 {
@@ -69,7 +68,6 @@ static uint32_t mailbox_count(unsigned size_class)
     post_back(slot, size_class, mail, count);
     return count;
 }
-#endif
 
 /* Allocates count blocks of size with this thread's list of their class empty before and
  * after, so that the blocks come from fills and the next allocation misses; what the list
@@ -98,7 +96,7 @@ static size_t held_out(unsigned size_class)
 }
 
 /* Another thread frees this thread's blocks and exits with some of those frees still pending
- * (fewer than a batch): none is lost, and under MIDDLE=owner every one is in this thread's
+ * (fewer than a batch): none is lost, and every one is in this thread's
  * mailbox when the other has exited, and this thread's next allocation takes from it. */
 static void remote_frees_come_back(void **state)
 {
@@ -108,7 +106,6 @@ static void remote_frees_come_back(void **state)
     void *keep[4096];
     unsigned kept = allocate_before_a_miss(SIZE, blocks, BLOCKS, keep);
     on_another_thread(free_blocks, NULL);
-#ifdef CM_MIDDLE_OWNER
     /* Every block is in this thread's mailbox: taken out, counted, put back. */
     unsigned slot = cm_thread_cache_current->slot, found = 0;
     assert_true(slot != 0);
@@ -131,7 +128,6 @@ static void remote_frees_come_back(void **state)
     assert_int_equal(mailbox_count(c), 0);
     assert_true(cm_central_objects_out(c, &cached) < out);
     free(first);
-#endif
     assert_true(cm_heap_check());
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
@@ -236,7 +232,6 @@ static void a_remote_double_free_is_reported(void **state)
     expect_report(&spec, "cmalloc: double free %p in free()");
 }
 
-#ifdef CM_MIDDLE_OWNER
 /* Another thread frees far more of this thread's blocks of one class than its list may hold:
  * the mailbox takes no more than that (the rest goes the central way), and none is lost. */
 #define MANY      2000
@@ -389,9 +384,7 @@ static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **st
         fail_msg("a child's free of blocks waiting in a left-behind mailbox: %s\n%s",
                  describe_status(result.status, how, sizeof how), result.output);
 }
-#endif
 
-#ifdef CM_MIDDLE_OWNER
 /* Another thread frees whole spans of this thread's blocks, in the order they were carved:
  * when this thread's next miss takes its mailbox, the runs go back to their spans without a
  * walk, and the spans that came back whole return to the page heap. */
@@ -975,7 +968,6 @@ static void a_class_in_use_is_not_idle_when_empty(void **state)
         free(m.blocks[i]);
     assert_true(cm_heap_check());
 }
-#endif
 
 int main(void)
 {
@@ -986,7 +978,6 @@ int main(void)
         cmocka_unit_test(owner_gone_before_the_frees),
         cmocka_unit_test(rounds_of_threads_lose_nothing),
         cmocka_unit_test(a_remote_double_free_is_reported),
-#ifdef CM_MIDDLE_OWNER
         cmocka_unit_test(a_child_may_free_again_what_another_thread_sent_home),
         cmocka_unit_test(a_mailbox_holds_no_more_than_a_list),
         cmocka_unit_test(an_idle_class_mailbox_is_given_back),
@@ -1003,7 +994,6 @@ int main(void)
         cmocka_unit_test(another_owners_batch_waits_for_it),
         cmocka_unit_test(a_fill_takes_a_spare_before_carving),
         cmocka_unit_test(a_class_in_use_is_not_idle_when_empty),
-#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
