@@ -126,6 +126,12 @@
 /* ---- guarded allocations (src/guard.c) ------------------------------------------------------ */
 #define CM_GUARD_SLOTS_MAX 65536 /* CMALLOC_GUARD_SLOTS takes no more: 512 MiB of reservation */
 
+/* A fill that takes a span's given-back objects, at least a 1/CM_PREFETCH_DIVISOR of the
+ * span's, first fetches the lines of its first CM_PREFETCH_LINES objects' links
+ * (central_cache.c's prefetch_objects). */
+#define CM_PREFETCH_DIVISOR 4
+#define CM_PREFETCH_LINES   256
+
 /* ---- remote frees (remote.c) ---------------------------------------------------------------
  * Slots for thread caches' mailboxes (the pagemap's owner field is 16 bits; threads beyond
  * them free the central way). A run a list gives back is split among at most this many owners

@@ -16,6 +16,7 @@
 #define CM_PAGE_SHIFT     13 /* pages are 8 KiB */
 #define CM_PAGE_SIZE      ((size_t)1 << CM_PAGE_SHIFT)
 #define CM_ALIGNMENT      16                  /* every pointer handed out */
+#define CM_CACHE_LINE     64
 #define CM_FALSE_SHARING  128                 /* two lines, fetched in pairs by the prefetcher */
 #define CM_MAX_SMALL      ((size_t)256 << 10) /* largest size served by a size class */
 #define CM_CLASSES_MAX    100                 /* table capacity; class 0 means "not small" */
