@@ -324,18 +324,18 @@ static void prefetch_objects(const cm_span *span, const cm_class_info *info)
 /* Moves want objects of span onto *list (fewer when it runs out, a few more to end a pair of
  * cache lines); returns how many. Given-back objects come first, cut off the span's list as a
  * run: read but not rewritten, as they carry their links and marks already, and not even read
- * when the whole list fits into an empty *list; a list of at least a 1/CM_PREFETCH_DIVISOR of
- * the span's objects is fetched ahead first. Then never-used objects are carved at the bump
- * pointer. */
+ * when the whole list fits into an empty *list; when both the list and the fill's ask are at
+ * least a 1/CM_PREFETCH_DIVISOR of the span's objects, the span is fetched ahead first. Then
+ * never-used objects are carved at the bump pointer. */
 static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint32_t want,
                                  void **list)
 {
-    uint32_t taken = 0, free_count = 0;
+    uint32_t taken = 0, free_count;
     void *first = span->free_objects;
-    if (first != NULL &&
-        (free_count = span_free_count(span, info)) >= info->objects / CM_PREFETCH_DIVISOR)
+    const uint32_t many = info->objects / CM_PREFETCH_DIVISOR;
+    if (first != NULL && want >= many && span_free_count(span, info) >= many)
         prefetch_objects(span, info);
-    if (first != NULL && *list == NULL && free_count <= want) {
+    if (first != NULL && *list == NULL && (free_count = span_free_count(span, info)) <= want) {
         taken = free_count;
         span->free_objects = NULL;
         *list = first;

@@ -126,9 +126,9 @@
 /* ---- guarded allocations (src/guard.c) ------------------------------------------------------ */
 #define CM_GUARD_SLOTS_MAX 65536 /* CMALLOC_GUARD_SLOTS takes no more: 512 MiB of reservation */
 
-/* A fill that takes a span's given-back objects, at least a 1/CM_PREFETCH_DIVISOR of the
- * span's, first fetches the lines of its first CM_PREFETCH_LINES objects' links
- * (central_cache.c's prefetch_objects). */
+/* A fill that asks for at least a 1/CM_PREFETCH_DIVISOR of a span's objects, from a span that
+ * has as many given back, first fetches the lines of the span's first CM_PREFETCH_LINES
+ * objects' links (central_cache.c's prefetch_objects). */
 #define CM_PREFETCH_DIVISOR 4
 #define CM_PREFETCH_LINES   256
 
