@@ -112,7 +112,6 @@ static cm_span **list_for(central *c, cm_span *span, unsigned *owner)
     *owner = cm_pagemap_owner(cm_span_start(span));
     if (owner_lives(*owner))
         return &owned_spans[*owner][span->size_class];
-    (void)span;
     *owner = 0;
     return &c->spans;
 }
@@ -121,7 +120,6 @@ static cm_span **list_holding(central *c, const cm_span *span)
 {
     if (span->listed_owner != 0)
         return &owned_spans[span->listed_owner][span->size_class];
-    (void)span;
     return &c->spans;
 }
 
@@ -133,7 +131,6 @@ static void span_list_push(central *c, cm_span **head, cm_span *span, unsigned o
         while (owner > highest && !atomic_compare_exchange_weak(&highest_owner, &highest, owner))
             ;
     }
-    (void)c;
     span->prev = NULL;
     span->next = *head;
     if (*head)
@@ -653,9 +650,9 @@ static bool span_list_valid(unsigned size_class, const cm_span *head, unsigned o
     return true;
 }
 
-/* Checks every class: listed spans (shared and each owner's) have room and
- * account for each object, transfer batches are whole batches of the class, and objects_out
- * covers both; the count of spans behind the heads of owners' lists is right. */
+/* Checks every class: listed spans (shared and each owner's) have room and account for each
+ * object, transfer batches are whole batches of the class, and objects_out covers both; the
+ * count of spans behind the heads of owners' lists is right. */
 bool cm_central_valid(void)
 {
     bool ok = true;
@@ -669,7 +666,6 @@ bool cm_central_valid(void)
             ok = span_list_valid(size_class, owned_spans[slot][size_class], slot, &listed_used,
                                  &spares);
         ok = ok && spares == c->owned_spares;
-        (void)spares;
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
             ok = cm_object_list_valid(size_class, transfer[size_class][i], info->batch);
         /* Objects in transfer batches are also counted in their spans' used. */
