@@ -6,23 +6,22 @@
  *                    traffic never touches spans. Its limit starts at the class's
  *                    transfer_capacity and doubles on overflow while other threads take the
  *                    batches (each remembers its flusher), up to limit_when_shared(); each
- *                    decay tick with no such take halves it back (policy.h says why).
- *                    A fill takes the newest batch no other live owner's spans
- *                    hold, and another's only when no span has room for it (batch_for).
+ *                    decay tick with no such take halves it back (policy.h says why). A fill
+ *                    takes the newest batch no other live owner's spans hold, and another's
+ *                    only when no span has room for it (batch_for).
  *   spans            the class's SMALL spans that have room (returned objects or never-used
- *                    space at the bump pointer), doubly linked; full spans are on no list,
- *                    nor a full span that runs came back to until a
- *                    1/CM_SPAN_WAKE_DIVISOR of it is free (cm_central_take_runs).
- *                    A span with room whose owner (the pagemap's slot) lives is
- *                    on that owner's list instead of the shared one, and only its fills take
- *                    from it, but for a spare another fill takes before it carves
- *                    (spare_of_another); the owner's exit, or its leaving the class idle,
- *                    shares them. A fill takes a span as its own only when it asks for
- *                    CM_CLAIM_FILL objects or more.
+ *                    space at the bump pointer), doubly linked; full spans are on no list, nor
+ *                    a full span that runs came back to until a 1/CM_SPAN_WAKE_DIVISOR of it
+ *                    is free (cm_central_take_runs). A span with room whose owner (the
+ *                    pagemap's slot) lives is on that owner's list instead of the shared one,
+ *                    and only its fills take from it, but for a spare another fill takes
+ *                    before it carves (spare_of_another); the owner's exit, or its leaving the
+ *                    class idle, shares them. A fill takes a span as its own only when it asks
+ *                    for CM_CLAIM_FILL objects or more.
  *
  * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
- * time for a thread whose cache is gone, the runs of a mailbox), alloc.c (drain
- * before a retry when the OS refuses memory) and background.c (the decay tick).
+ * time for a thread whose cache is gone, the runs of a mailbox), alloc.c (drain before a retry
+ * when the OS refuses memory) and background.c (the decay tick).
  * Release by age: batches that sat in a transfer cache through a whole interval of
  * CMALLOC_RELEASE_DELAY_MS (below the interval's low-water mark) go back to their spans, so
  * that spans can empty and the page heap can return them; checked on fills and flushes.
@@ -327,12 +326,13 @@ static void prefetch_objects(const cm_span *span, const cm_class_info *info)
 static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint32_t want,
                                  void **list)
 {
-    uint32_t taken = 0, free_count;
+    uint32_t taken = 0;
     void *first = span->free_objects;
     const uint32_t many = info->objects / CM_PREFETCH_DIVISOR;
-    if (first != NULL && want >= many && span_free_count(span, info) >= many)
+    const uint32_t free_count = first != NULL ? span_free_count(span, info) : 0;
+    if (first != NULL && want >= many && free_count >= many)
         prefetch_objects(span, info);
-    if (first != NULL && *list == NULL && (free_count = span_free_count(span, info)) <= want) {
+    if (first != NULL && *list == NULL && free_count <= want) {
         taken = free_count;
         span->free_objects = NULL;
         *list = first;

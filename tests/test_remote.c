@@ -1,18 +1,16 @@
-/* test_remote.c - frees of another thread's blocks: nothing is lost
- * when the allocating thread exits first or the freeing one exits with frees pending, nor in
- * rounds of threads freeing each other's blocks as they come and go, a second
- * free of a block another thread freed is reported, and the heap checks hold throughout.
- * The blocks come back to the thread that allocated them (its
- * mailbox, not the central cache), in runs whose spans, when whole, go back to the page heap
- * on the owner's next miss (runs of a block or two become its list as they are); a run
- * header overwritten is reported; a list making room keeps
- * what it does not send home rather than hand the central cache a part batch, and lists of
- * mostly a thread's own objects are not sorted by owner; a thread's first few blocks of a
- * class take no span for it; a live thread's spans are filled by it alone, go with its slot
- * to the next thread to start, and to anyone once they have waited a release delay; and a
- * forked child may free again what another thread had freed before the fork, wherever it
- * waits (that thread's list or the forking thread's mailbox: glibc's child does,
- * tests/programs/fork_dlopen_tls.c). */
+/* test_remote.c - frees of another thread's blocks: nothing is lost when the allocating thread
+ * exits first or the freeing one exits with frees pending, nor in rounds of threads freeing
+ * each other's blocks as they come and go, a second free of a block another thread freed is
+ * reported, and the heap checks hold throughout. The blocks come back to the thread that
+ * allocated them (its mailbox, not the central cache), in runs whose spans, when whole, go back
+ * to the page heap on the owner's next miss (runs of a block or two become its list as they
+ * are); a run header overwritten is reported; a list making room keeps what it does not send
+ * home rather than hand the central cache a part batch, and lists of mostly a thread's own
+ * objects are not sorted by owner; a thread's first few blocks of a class take no span for it;
+ * a live thread's spans are filled by it alone, go with its slot to the next thread to start,
+ * and to anyone once they have waited a release delay; and a forked child may free again what
+ * another thread had freed before the fork, wherever it waits (that thread's list or the
+ * forking thread's mailbox: glibc's child does, tests/programs/fork_dlopen_tls.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
