@@ -11,6 +11,9 @@
 #   rpm1 rpm2           the rpmalloc-style row at 1 and 2 threads
 #   xthr2               alloc-crossthread, 2 producers and 2 consumers
 #   larson8 mstress8 rpm8 xmalloc4 churn8   more threads than this machine's cores (memory)
+#   churn1              thread churn, one thread at a time
+#   pool16 pool8 pool24 pool8r pool24r   the pool rows through malloc: 1M x 16 B, 512k x 8 B
+#                       and x 24 B freed in allocation order, and the last two in random order
 # Default rows: the first seven; default 5 repetitions of 0.3 s. A figure from it is the
 # command line that printed it; compare only libraries of one run (docs/DESIGN.md says why).
 # Needs build/bench (make bench, or make build/bench/<program>).
@@ -40,6 +43,9 @@ row_command() {
     rpm*) echo "build/bench/rpmalloc_bench --blocks 1000 --round 100 --max-size 16384 --threads ${1#rpm}" ;;
     xthr*) echo "build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024 --threads ${1#xthr}" ;;
     churn*) echo "build/bench/churn_bench --objects 256 --max-size 4096 --threads ${1#churn}" ;;
+    pool16) echo "build/bench/pool_bench --count 1000000 --size 16 --free-order fifo" ;;
+    pool8 | pool24) echo "build/bench/pool_bench --count 524288 --size ${1#pool} --free-order fifo" ;;
+    pool8r | pool24r) echo "build/bench/pool_bench --count 524288 --size ${1:4:-1} --free-order random" ;;
     *) echo "bench-ab: unknown row $1 (--help)" >&2; return 2 ;;
     esac
 }
