@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench-ab.sh - builds head to head on the remote-free rows, interleaved, in a minute or two.
+# bench-ab.sh - builds head to head on rows of the matrix, interleaved, in a few minutes.
 #
 #   scripts/bench-ab.sh [--reps N] [--seconds S] [--rows a,b,...] NAME=LIB.so [NAME=LIB.so ...]
 #
