@@ -159,6 +159,13 @@ static void span_list_remove(central *c, cm_span *span)
     span->listed = 0;
 }
 
+/* span->used changes under the class's lock only, and its local list's holder reads it
+ * without (thread_cache.c, "local lists"): stored whole. */
+static void span_add_used(cm_span *span, int64_t delta)
+{
+    __atomic_store_n(&span->used, (uint32_t)((int64_t)span->used + delta), __ATOMIC_RELAXED);
+}
+
 /* A fresh span for the class, on the list, or NULL when memory is exhausted. */
 static cm_span *span_new_locked(central *c, unsigned size_class)
 {
@@ -170,7 +177,8 @@ static cm_span *span_new_locked(central *c, unsigned size_class)
     span->bump = cm_span_start(span);
     span->limit = span->bump + (size_t)info->objects * info->size;
     span->free_objects = NULL;
-    span->used = 0;
+    __atomic_store_n(&span->used, 0, __ATOMIC_RELAXED);
+    CM_ASSERT(span->local_holder == NULL); /* held spans have objects out: never freed */
     span_list_add(c, span);
     return span;
 }
@@ -209,7 +217,7 @@ static void span_push_list_locked(central *c, void *head)
         CM_ASSERT(span->used >= run);
         cm_link_relink(last, span->free_objects);
         span->free_objects = first;
-        span->used -= run;
+        span_add_used(span, -(int64_t)run);
         c->objects_out -= run;
         span_settle_locked(c, span);
     }
@@ -251,7 +259,7 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
             cm_report_corrupt_list(run);
         cm_link_relink(last, span->free_objects);
         span->free_objects = run;
-        span->used -= n;
+        span_add_used(span, -(int64_t)n);
         c->objects_out -= n;
         count -= n;
         if (span->used == 0 || (!span->listed && span_free_count(span, info) >= wake))
@@ -260,6 +268,35 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
     }
     if (count != 0)
         cm_report_corrupt_list(first);
+    cm_lock_release(&c->lock);
+}
+
+/* Gives back the local list of a span the caller holds (thread_cache.c, "local lists"), with
+ * object first when it is not NULL: an object no list holds yet, marked free only here, under
+ * the lock, as cm_central_give_back does. The holder lets go of the span; one whose every
+ * object came back goes to the page heap. The caller takes the span off its queue after,
+ * without reading it: the span may be another one by then, and a fork that catches this call
+ * waiting for the lock leaves the list on the queue, where the child looks for it. */
+void cm_central_take_local(cm_span *span, void *object)
+{
+    central *c = &centrals[span->size_class];
+    cm_lock_acquire(&c->lock);
+    CM_ASSERT(span->state == CM_SPAN_SMALL && span->local_count < span->used + (object == NULL));
+    if (object != NULL) {
+        cm_link_set(object, span->local_free);
+        if (span->local_free == NULL)
+            span->local_last = object;
+        span->local_free = object;
+        span->local_count++;
+    }
+    cm_link_relink(span->local_last, span->free_objects);
+    span->free_objects = span->local_free;
+    span_add_used(span, -(int64_t)span->local_count);
+    c->objects_out -= span->local_count;
+    span->local_free = span->local_last = NULL;
+    span->local_count = 0;
+    __atomic_store_n(&span->local_holder, NULL, __ATOMIC_RELEASE);
+    span_settle_locked(c, span);
     cm_lock_release(&c->lock);
 }
 
@@ -362,7 +399,7 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
         span->bump += info->size;
         taken++;
     }
-    span->used += taken;
+    span_add_used(span, taken);
     return taken;
 }
 

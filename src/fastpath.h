@@ -1,7 +1,9 @@
 /* fastpath.h - the two fast paths, malloc and free on a thread-cache hit, inlined into the
  * entry points (override.c, compound.c, pool.c, arena.c) and nowhere else: they call api.c's
- * slow paths, the top of the allocator, which no lower layer may do; api.c does not include
- * this file, so the fast paths stand on the slow paths and not the other way round.
+ * slow paths, the top of the allocator, which no lower layer may do (and thread_cache.c's for a
+ * span's local list, which only a live cache with a slot reaches, past every mode api.c
+ * decides); api.c does not include this file, so the fast paths stand on the slow paths and
+ * not the other way round.
  */
 #ifndef CM_FASTPATH_H
 #define CM_FASTPATH_H
@@ -18,11 +20,33 @@
  * api.c's alloc_sampling counts allocations down to the next sample point), a pop with a link
  * check, and the free mark cleared. free: a pagemap read of the class byte, an object-start test
  * (with the constants its list carries), the double-free test (the free mark), a push if the list
- * has room (a full list goes to cm_free_list_full, which skips the span lookup the general path
- * makes). No byte counts: a cache's bytes are bounded by its lists' max_length (thread_cache.c).
+ * has room (a full list sends an object of a span the thread owns to the span's local list, and
+ * any other to cm_free_list_full, which skips the span lookup the general path makes). No byte
+ * counts: a cache's bytes are bounded by its lists' max_length, and its local lists by the
+ * spans they are on (thread_cache.c).
  * Together 73 instructions per malloc+free pair up to 1152 B (76 above) with the caller's loop
  * and PLT jumps; the budget test counts them with callgrind and fails above its budget.
  */
+/* A free the full list has no room for, of a span the thread owns: onto the span's local list
+ * (thread_cache.c, "local lists") while the thread holds it (so the list has objects already)
+ * and the object is not the span's last one out; the slow path does the rest. */
+static inline void cm_free_to_own_span(cm_thread_cache *cache, cm_span *span,
+                                       const cm_free_list *list, void *p, uintptr_t mark)
+{
+    /* The class from the list's place, not kept from the class byte: keeping it costs the
+     * hit path a register move. */
+    size_t size_class = (size_t)(list - cache->lists);
+    if (CM_LIKELY(__atomic_load_n(&span->local_holder, __ATOMIC_RELAXED) == cache &&
+                  span->local_count + 1 < __atomic_load_n(&span->used, __ATOMIC_RELAXED))) {
+        cm_link_set_marked(p, span->local_free, mark);
+        span->local_free = p;
+        span->local_count++;
+        cache->local_objects[size_class]++;
+        return;
+    }
+    cm_thread_cache_free_local(span, p);
+}
+
 static inline void *cm_alloc(size_t size)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
@@ -35,7 +59,9 @@ static inline void *cm_alloc(size_t size)
     return cm_alloc_slow(size);
 }
 
-static inline void cm_free(void *p)
+/* Inlined into every entry point that frees, whatever the compiler makes of its size: a call
+ * would add its jump to every free. */
+static CM_ALWAYS_INLINE void cm_free(void *p)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
     cm_thread_cache *cache = cm_thread_cache_current;
@@ -54,7 +80,10 @@ static inline void cm_free(void *p)
                 return;
             }
             list->room = 0; /* it had none */
-            cm_free_list_full(p);
+            if (__atomic_load_n(&leaf->classes[index].owner, __ATOMIC_RELAXED) == cache->own_slot)
+                cm_free_to_own_span(cache, leaf->spans[index], list, p, mark);
+            else
+                cm_free_list_full(p);
             return;
         }
     }

@@ -212,6 +212,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsig
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count);
+void cm_central_take_local(cm_span *span, void *object);
 void cm_central_own(unsigned slot);
 void cm_central_park(unsigned slot);
 void cm_central_share(unsigned slot, unsigned size_class);
@@ -259,8 +260,10 @@ bool cm_remote_valid(unsigned own);
 extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
 void *cm_thread_cache_alloc_slow(unsigned size_class);
 void cm_thread_cache_free_slow(void *object, unsigned size_class);
+void cm_thread_cache_free_local(cm_span *span, void *object);
 void cm_thread_cache_flush_current(void);
 size_t cm_thread_cache_bytes(size_t *caches);
+size_t cm_thread_cache_objects(unsigned size_class);
 bool cm_thread_cache_valid(void);
 void cm_thread_cache_init(void);
 void cm_thread_cache_fork(int phase);

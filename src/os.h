@@ -13,6 +13,7 @@
 #define CM_LIKELY(x)    __builtin_expect(!!(x), 1)
 #define CM_UNLIKELY(x)  __builtin_expect(!!(x), 0)
 #define CM_NOINLINE     __attribute__((noinline))
+#define CM_ALWAYS_INLINE inline __attribute__((always_inline))
 #define CM_COLD         __attribute__((cold, noinline))
 #define CM_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
 #define CM_EXPORT       __attribute__((visibility("default")))

@@ -120,12 +120,11 @@ static void count_spans(size_t spans[CM_CLASSES_MAX])
 static void size_classes(json_writer *w)
 {
     size_t spans[CM_CLASSES_MAX] = {0};
-    const cm_thread_cache *own = cm_thread_cache_current;
     count_spans(spans);
     begin(w, "size_classes", "[");
     for (unsigned c = 1; c < cm_class_count; c++) {
         size_t central, out = cm_central_objects_out(c, &central);
-        size_t cached = cm_free_list_length(&own->lists[c]);
+        size_t cached = cm_thread_cache_objects(c);
         if (out == 0 && spans[c] == 0)
             continue;
         begin(w, NULL, "{");
@@ -173,8 +172,7 @@ CM_EXPORT void cmalloc_stats_print_json(int fd)
         cm_page_heap_counters(&heap_free, &released, &large_bytes, &large_count);
         size_t mapped_bytes = cm_mapped_live_bytes(&mapped_count);
         for (unsigned c = 1; c < cm_class_count; c++)
-            own_bytes += (size_t)cm_free_list_length(&cm_thread_cache_current->lists[c]) *
-                         cm_classes[c].size;
+            own_bytes += cm_thread_cache_objects(c) * cm_classes[c].size;
         begin(&w, "totals", "{");
         number(&w, "in_use", (int64_t)s.bytes_in_use);
         number(&w, "mapped", (int64_t)s.bytes_mapped);

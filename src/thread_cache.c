@@ -45,6 +45,9 @@
  * list's mailbox goes to the central cache with it. Exit and the orphan sweep close the
  * mailboxes, give back what they held and park the slot, with its spans, for the next cache
  * that frees their objects, or else the next to open one (parked_lock, inside registry_lock).
+ * Local lists: a free that finds its list full, of an object of a span the cache's slot owns,
+ * goes onto that span's own list instead of flushing a batch (see "local lists" below); an
+ * allocation miss takes those lists back whole before it looks at the mailbox.
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -57,9 +60,11 @@
 
 enum { THREAD_NEW = 0, THREAD_LIVE, THREAD_GONE };
 
-static cm_thread_cache empty_cache; /* every list empty with max_length 0 and start_limit 0:
-                                      always the slow path; max_size 0 tells it from a live
-                                      cache */
+static cm_thread_cache empty_cache = {.own_slot = CM_NO_OWN_SLOT};
+                                    /* every list empty with max_length 0 and start_limit 0:
+                                       always the slow path; max_size 0 tells it from a live
+                                       cache */
+_Static_assert(CM_REMOTE_SLOTS <= CM_NO_OWN_SLOT, "no slot is CM_NO_OWN_SLOT");
 CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current = &empty_cache;
 static CM_THREAD_LOCAL uint8_t thread_state;
 
@@ -116,11 +121,16 @@ static size_t claim_budget(size_t want)
  * lists count as of their own last slow path). */
 static void publish(cm_thread_cache *cache, unsigned size_class)
 {
+    const size_t size = cm_classes[size_class].size;
     uint32_t length = cm_free_list_length(&cache->lists[size_class]);
-    size_t bytes = cache->published_size + ((size_t)length - cache->published_length[size_class]) *
-                                               cm_classes[size_class].size;
+    size_t bytes = cache->published_size +
+                   ((size_t)length - cache->published_length[size_class]) * size;
     cache->published_length[size_class] = length;
     __atomic_store_n(&cache->published_size, bytes, __ATOMIC_RELAXED);
+    uint32_t local = cache->local_objects[size_class];
+    bytes = cache->local_published + ((size_t)local - cache->local_published_objects[size_class]) * size;
+    cache->local_published_objects[size_class] = local;
+    __atomic_store_n(&cache->local_published, bytes, __ATOMIC_RELAXED);
 }
 
 /* The list keeps its objects: max_length is at least their number. */
@@ -133,6 +143,17 @@ static void set_max_length(cm_thread_cache *cache, unsigned size_class, uint32_t
                       (size_t)max_length * cm_classes[size_class].size;
     list->max_length = max_length;
     list->room = (int32_t)(max_length - length);
+}
+
+/* An empty list takes count objects linked from head, growing to hold them if it must. */
+static void fill_list_with(cm_thread_cache *cache, unsigned size_class, void *head, uint32_t count)
+{
+    cm_free_list *list = &cache->lists[size_class];
+    CM_ASSERT(list->head == NULL);
+    if (count > list->max_length)
+        set_max_length(cache, size_class, count);
+    list->head = head;
+    list->room = (int32_t)(list->max_length - count);
 }
 
 /* Flushes count objects from the head of a list to the central cache, in whole batches where
@@ -157,9 +178,143 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
     }
 }
 
+/* ---- local lists: what a full list has no room for, of spans the thread owns --------------
+ * A free that finds its list full, of an object whose span the pagemap gives to the thread's
+ * slot, pushes the object onto that span's local list (fastpath.h's cm_free_to_own_span)
+ * instead of flushing a batch of the list to the central cache: no lock, no sort by owner, no
+ * walk, and the objects stay with their span. The thread holds the list (span->local_holder,
+ * claimed from NULL with a compare-and-swap by its first push): the pagemap's owner of a span
+ * may change while a thread still has objects there, and a held list is never pushed to by
+ * another thread. A span is held exactly while its local list has objects, and then it is on
+ * its class's queue (newest first). An allocation miss takes whole local lists first, spliced
+ * by their last objects, up to a fill's worth, and lets go of their spans. A free that would
+ * bring back a span's last object gives the list back to the central cache, and the span to
+ * the page heap (keeping a few such spans whole for the next miss measured no faster). Exit, the orphan sweep, an idle class and cmalloc_release give
+ * the lists back. Their objects count as used to the central cache; the cache counts them
+ * (local_objects) for stats but not against its budget: a local list holds no page that a
+ * live object of its span does not hold already, and a span with none goes home.
+ * Invariant: local_objects[c] == the sum of local_count over the queue of class c, whose
+ * local_queued[c] spans are held by the cache, of class c, with 0 < local_count < used + 1. */
+static void local_enqueue(cm_thread_cache *cache, unsigned size_class, cm_span *span)
+{
+    span->local_prev = NULL;
+    span->local_next = cache->local_spans[size_class];
+    if (span->local_next != NULL)
+        span->local_next->local_prev = span;
+    cache->local_spans[size_class] = span;
+    cache->local_queued[size_class]++;
+}
+
+/* Takes the span between prev and next off the class's queue, without reading the span. */
+static void local_unlink(cm_thread_cache *cache, unsigned size_class, cm_span *prev, cm_span *next)
+{
+    if (prev != NULL)
+        prev->local_next = next;
+    else
+        cache->local_spans[size_class] = next;
+    if (next != NULL)
+        next->local_prev = prev;
+    cache->local_queued[size_class]--;
+}
+
+/* Gives back a held span's list (with object, not yet marked, first) to the central cache. */
+static void local_give_back(cm_thread_cache *cache, unsigned size_class, cm_span *span,
+                            void *object)
+{
+    cm_span *prev = span->local_prev, *next = span->local_next;
+    bool queued = span->local_count > 0;
+    cache->local_objects[size_class] -= span->local_count;
+    cm_central_take_local(span, object);
+    if (queued)
+        local_unlink(cache, size_class, prev, next);
+}
+
+static void local_give_back_class(cm_thread_cache *cache, unsigned size_class)
+{
+    while (cache->local_spans[size_class] != NULL)
+        local_give_back(cache, size_class, cache->local_spans[size_class], NULL);
+}
+
+/* The fast path's local push could not be made (cm_free_to_own_span): the span is not held by
+ * this thread yet, or object is its last one out. object starts an object of span and carries
+ * no free mark; as in cm_thread_cache_free_slow, it is marked only once no lock is left to
+ * wait for. */
+void cm_thread_cache_free_local(cm_span *span, void *object)
+{
+    cm_thread_cache *cache = cm_thread_cache_current;
+    const unsigned size_class = span->size_class;
+    cm_thread_cache *none = NULL;
+    if (__atomic_load_n(&span->local_holder, __ATOMIC_RELAXED) != cache &&
+        !__atomic_compare_exchange_n(&span->local_holder, &none, cache, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED)) {
+        cm_thread_cache_free_slow(object, size_class); /* another thread's list is there */
+        return;
+    }
+    if (span->local_count + 1 >= __atomic_load_n(&span->used, __ATOMIC_RELAXED)) {
+        local_give_back(cache, size_class, span, object); /* every object is back */
+        publish(cache, size_class);
+        return;
+    }
+    if (span->local_count == 0) {
+        span->local_last = object;
+        local_enqueue(cache, size_class, span);
+    }
+    cm_link_set(object, span->local_free);
+    span->local_free = object;
+    span->local_count++;
+    cache->local_objects[size_class]++;
+    publish(cache, size_class);
+}
+
+/* On an allocation miss: whole local lists of the class, newest first, up to a fill's worth
+ * (a list never over its cap), become the list; their spans are let go. True when one did. */
+static bool take_local(cm_thread_cache *cache, unsigned size_class)
+{
+    const uint32_t most = fill_most(size_class), cap = list_cap(size_class);
+    uint32_t count = 0;
+    void *head = NULL;
+    cm_span *span;
+    while (count < most && (span = cache->local_spans[size_class]) != NULL &&
+           (count == 0 || count + span->local_count <= cap)) {
+        local_unlink(cache, size_class, NULL, span->local_next);
+        cm_link_relink(span->local_last, head);
+        head = span->local_free;
+        count += span->local_count;
+        span->local_free = span->local_last = NULL;
+        span->local_count = 0;
+        __atomic_store_n(&span->local_holder, NULL, __ATOMIC_RELEASE);
+    }
+    if (head == NULL)
+        return false;
+    cache->local_objects[size_class] -= count;
+    fill_list_with(cache, size_class, head, count);
+    return true;
+}
+
+/* The class's local lists are sound (the invariant above), each ending at its local_last. */
+static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
+{
+    uint32_t spans = 0, objects = 0;
+    const cm_span *prev = NULL;
+    for (const cm_span *span = cache->local_spans[size_class]; span != NULL;
+         prev = span, span = span->local_next) {
+        if (++spans > cache->local_queued[size_class] || span->local_prev != prev ||
+            span->state != CM_SPAN_SMALL || span->size_class != size_class ||
+            span->local_holder != cache || span->local_count == 0 ||
+            span->local_count > span->used ||
+            !cm_object_list_valid(size_class, span->local_free, span->local_count) ||
+            cm_span_of(span->local_free) != span || cm_span_of(span->local_last) != span ||
+            cm_link_next(span->local_last) != NULL)
+            return false;
+        objects += span->local_count;
+    }
+    return spans == cache->local_queued[size_class] && objects == cache->local_objects[size_class];
+}
+
 static void release_all(cm_thread_cache *cache)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        local_give_back_class(cache, size_class);
         release_objects(cache, size_class, cm_free_list_length(&cache->lists[size_class]), false);
         publish(cache, size_class);
     }
@@ -317,8 +472,10 @@ static void open_slot_on_miss(cm_thread_cache *cache)
         return; /* its thread is exiting: try again on the next miss */
     cache->slot_misses = CM_SLOT_WAIT_MISSES;
     cache->slot = cm_remote_open(parked);
-    if (cache->slot != 0)
+    if (cache->slot != 0) {
         cm_central_own(cache->slot);
+        cache->own_slot = (uint16_t)cache->slot;
+    }
 }
 
 /* The cache's thread is gone: its mailboxes closed and what they held given back, and the slot
@@ -332,6 +489,7 @@ static void abandon(cm_thread_cache *cache)
     flush_remote(cache);
     park_slot(cache->slot);
     cache->slot = 0;
+    cache->own_slot = CM_NO_OWN_SLOT;
 }
 
 /* A list that went unused for a release delay: its mailbox goes back too, and its spans with
@@ -362,11 +520,7 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
         cm_central_take_runs(size_class, mail, count);
         return false;
     }
-    cm_free_list *list = &cache->lists[size_class];
-    if (count > list->max_length)
-        set_max_length(cache, size_class, count);
-    list->head = mail;
-    list->room = (int32_t)(list->max_length - count);
+    fill_list_with(cache, size_class, mail, count);
     return true;
 }
 
@@ -536,6 +690,7 @@ static CM_NOINLINE cm_thread_cache *create(void)
     if (cache == NULL && (cache = cm_metadata_alloc(sizeof *cache)) == NULL)
         return NULL;
     memset(cache, 0, sizeof *cache);
+    cache->own_slot = CM_NO_OWN_SLOT;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cache->lists[size_class].start_magic = cm_classes[size_class].divisor_magic;
         cache->lists[size_class].start_limit = cm_classes[size_class].start_limit;
@@ -639,6 +794,8 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
             continue;
         }
         release_idle_mailbox(cache, size_class); /* an unused class's mail too, list or not */
+        local_give_back_class(cache, size_class);
+        publish(cache, size_class);
         if (list->head != NULL) {
             release_objects(cache, size_class, cm_free_list_length(list), false);
             set_max_length(cache, size_class, 0);
@@ -675,7 +832,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     open_slot_on_miss(cache);
     cache->idle_head[size_class] = LIST_MISSED;
     cm_free_list *list = &cache->lists[size_class];
-    if (list->head == NULL && !take_mailbox(cache, size_class)) {
+    if (list->head == NULL && !take_local(cache, size_class) && !take_mailbox(cache, size_class)) {
         uint64_t now = cm_os_now_ms();
         release_idle_lists(cache, now);
         grow(cache, size_class);
@@ -687,10 +844,7 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head, owner_slot(cache));
         if (n == 0)
             return NULL;
-        if (n > list->max_length)
-            set_max_length(cache, size_class, n);
-        list->head = head;
-        list->room = (int32_t)(list->max_length - n);
+        fill_list_with(cache, size_class, head, n);
     }
     void *object = cm_free_list_pop(list);
     publish(cache, size_class);
@@ -739,18 +893,29 @@ void cm_thread_cache_flush_current(void)
     }
 }
 
+static size_t held_objects(const cm_thread_cache *cache, unsigned size_class)
+{
+    return (size_t)cm_free_list_length(&cache->lists[size_class]) +
+           cache->local_objects[size_class];
+}
+
 static size_t held_bytes(const cm_thread_cache *cache)
 {
     size_t bytes = 0;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
-        bytes +=
-            (size_t)cm_free_list_length(&cache->lists[size_class]) * cm_classes[size_class].size;
+        bytes += held_objects(cache, size_class) * cm_classes[size_class].size;
     return bytes;
 }
 
-/* Bytes held by all thread caches: exact for the calling thread's, as of their last slow path
- * for the others', and what waits in their mailboxes; *caches gets how many
- * caches live. */
+/* Objects of size_class the calling thread's cache holds, on its list and its local lists. */
+size_t cm_thread_cache_objects(unsigned size_class)
+{
+    return held_objects(cm_thread_cache_current, size_class);
+}
+
+/* Bytes held by all thread caches: exact for the calling thread's, as of each class's last
+ * slow path for the others' (lists and local lists), and what waits in their mailboxes;
+ * *caches gets how many caches live. */
 size_t cm_thread_cache_bytes(size_t *caches)
 {
     size_t bytes = 0;
@@ -762,7 +927,8 @@ size_t cm_thread_cache_bytes(size_t *caches)
     for (cm_thread_cache *cache = registry; cache; cache = cache->next)
         bytes += cache == cm_thread_cache_current
                      ? held_bytes(cache) /* our own: exact */
-                     : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED);
+                     : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED) +
+                           __atomic_load_n(&cache->local_published, __ATOMIC_RELAXED);
     *caches = live_caches;
     cm_lock_release(&registry_lock);
     return bytes + mailbox_bytes();
@@ -776,19 +942,23 @@ bool cm_thread_cache_valid(void)
     if (thread_state != THREAD_LIVE)
         return true;
     cm_thread_cache *cache = cm_thread_cache_current;
-    size_t capacity = 0, published = 0;
+    size_t capacity = 0, published = 0, local_published = 0;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
         if (list->room < 0 || (uint32_t)list->room > list->max_length ||
             !cm_object_list_valid(size_class, list->head, cm_free_list_length(list)) ||
             list->start_magic != cm_classes[size_class].divisor_magic ||
             list->start_limit != cm_classes[size_class].start_limit ||
-            list->max_length > list_cap(size_class) + cm_classes[size_class].batch)
+            list->max_length > list_cap(size_class) + cm_classes[size_class].batch ||
+            !local_lists_valid(cache, size_class))
             return false;
         capacity += (size_t)list->max_length * cm_classes[size_class].size;
         published += (size_t)cache->published_length[size_class] * cm_classes[size_class].size;
+        local_published +=
+            (size_t)cache->local_published_objects[size_class] * cm_classes[size_class].size;
     }
     return capacity == cache->capacity && published == cache->published_size &&
+           local_published == cache->local_published &&
            remote_valid(cache) && !over_budget(cache, 0) && cache->sample_left >= 0 &&
            cache->max_size <= cm_option.thread_cache_max + CM_THREAD_START_BUDGET;
 }
@@ -840,10 +1010,15 @@ bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
     if (__atomic_load_n(&left_behind, __ATOMIC_RELAXED) == NULL)
         return false;
     bool found = false;
+    cm_span *span = cm_span_of(object); /* a local list's objects are its span's */
     cm_lock_acquire(&registry_lock);
-    for (cm_thread_cache *cache = left_behind; cache != NULL && !found; cache = cache->next)
+    for (cm_thread_cache *cache = left_behind; cache != NULL && !found; cache = cache->next) {
         found = cm_list_unlink(&cache->lists[size_class].head, object,
                                cache->lists[size_class].max_length, size_class);
+        if (!found && span != NULL && span->local_holder == cache &&
+            (found = cm_list_unlink(&span->local_free, object, span->local_count, size_class)))
+            span->local_count--;
+    }
     found = found || take_left_behind_remote(object, size_class);
     cm_lock_release(&registry_lock);
     if (found)

@@ -54,6 +54,7 @@ _Static_assert(sizeof(cm_class_info) == 32, "cm_class_info is indexed by a shift
  * when page - span->page < span->pages and the state is not DEAD.
  *
  * SMALL span invariant:  used + |free_objects| + (limit - bump) / size == objects of the class.
+ * The objects on local_free count as used: to the central cache they are in a thread cache.
  */
 enum { CM_SPAN_DEAD = 0, CM_SPAN_FREE, CM_SPAN_SMALL, CM_SPAN_LARGE, CM_SPAN_MAPPED };
 
@@ -73,13 +74,23 @@ typedef struct cm_span {
     uint16_t listed_owner;  /* SMALL, listed: the slot whose list it is on (0: the class's
                                shared list) */
     uint64_t free_since_ms; /* FREE: when it became free, for release by age */
+    /* SMALL: the local list, objects its holder's thread freed when its own list was full
+     * (thread_cache.c, "local lists"). Only the holder touches the list and the queue links;
+     * local_holder is claimed from NULL with a compare-and-swap and given back under the
+     * class's central lock. */
+    struct cm_thread_cache *local_holder;
+    void *local_free;                         /* linked and marked as every free list */
+    void *local_last;                         /* its last object: the first one pushed */
+    uint32_t local_count;                     /* objects on it */
+    struct cm_span *local_next, *local_prev;  /* the holder's queue of the class, while listed */
 } cm_span;
 
 /* ---- thread cache -------------------------------------------------------------------------
  * One per thread. Invariants, outside a slow path: 0 <= lists[c].room <= lists[c].max_length,
  * capacity == sum over classes of lists[c].max_length * class size, published_size <= max_size
  * and capacity <= CM_CAPACITY_PER_BUDGET * max_size (thread_cache.c): the bytes a cache holds
- * are bounded with no byte count on the fast paths.
+ * are bounded with no byte count on the fast paths. local_objects[c] == the sum of local_count
+ * over the local_queued[c] spans of local_spans[c], each held by the cache.
  */
 typedef struct cm_free_list {
     void *head;           /* objects linked through their first word */
@@ -119,6 +130,16 @@ typedef struct cm_thread_cache {
                             open_slot_on_miss); CM_SLOT_WAIT_MISSES once one was opened */
     uint8_t unsorted[CM_CLASSES_MAX]; /* lists given back whole to the central cache before the
                                          next is sorted by owner (thread_cache.c's send_home) */
+    uint16_t own_slot; /* slot while it is nonzero, else CM_NO_OWN_SLOT, which no pagemap owner
+                          is: free's test of a span's owner against it needs no test of 0 */
+    uint16_t local_queued[CM_CLASSES_MAX];  /* spans on each class's queue */
+    uint32_t local_objects[CM_CLASSES_MAX]; /* objects on those spans' local lists */
+    cm_span *local_spans[CM_CLASSES_MAX];   /* each class's queue of spans with a local list,
+                                               newest first */
+    size_t local_published;                 /* bytes on the local lists as of each class's
+                                               last slow path, for stats (atomic) */
+    uint32_t local_published_objects[CM_CLASSES_MAX]; /* each class's objects in it */
 } cm_thread_cache;
+#define CM_NO_OWN_SLOT 0xffff
 
 #endif /* CM_TYPES_H */

@@ -507,9 +507,10 @@ static void a_batch_half_sent_home_keeps_the_other_half(void **state)
 
 /* A thread whose list gave back a batch of its own objects sends the next few lists to the
  * central cache as they are, without sorting them by owner. Its list is driven to exact
- * overflows: emptied, filled with its own blocks, one more (a batch of its own goes back,
- * sorted: the countdown starts), then this thread's blocks until the next overflow (that
- * batch goes back unsorted: the countdown moves on). */
+ * overflows: emptied, filled with its own blocks, then one of another thread's (a full list
+ * sends its own objects to their spans' local lists, so only another's overflows it: a batch
+ * of its own goes back, sorted, and the countdown starts), then more of the other's until the
+ * next overflow (that batch goes back unsorted: the countdown moves on). */
 #define OWN_MANY 4096
 static void *own_many[OWN_MANY];
 static uint32_t own_room, countdown_after_own, countdown_after_next; /* for the main thread:
@@ -526,10 +527,11 @@ static void *free_own_then_others(void *arg)
     uint32_t room = own_room = (uint32_t)cm_thread_cache_current->lists[c].room, freed = 0;
     if (room < batch || room + 1 >= OWN_MANY)
         return NULL;
-    while (freed <= room)
+    while (freed < room)
         free(own_many[freed++]);
+    free(mixed[0]);
     countdown_after_own = cm_thread_cache_current->unsorted[c];
-    for (unsigned i = 0; i < batch; i++)
+    for (unsigned i = 1; i <= batch; i++)
         free(mixed[i]);
     countdown_after_next = cm_thread_cache_current->unsorted[c];
     for (int i = (int)freed; i < OWN_MANY; i++)
@@ -542,7 +544,7 @@ static void mostly_own_lists_are_not_sorted(void **state)
     (void)state;
     unsigned c = cm_size_class(SIZE);
     size_t before = held_out(c);
-    for (unsigned i = 0; i < cm_classes[c].batch; i++)
+    for (unsigned i = 0; i <= cm_classes[c].batch; i++)
         mixed[i] = malloc(SIZE);
     on_another_thread(free_own_then_others, NULL);
     assert_true(own_room >= cm_classes[c].batch && own_room + 1 < OWN_MANY);

@@ -188,51 +188,196 @@ static void frees_through_the_slow_path_keep_the_budget(void **state)
     run_checked(realloc_churn_thread);
 }
 
-/* A free whose list is full makes room in the central cache, under its lock, before it marks
- * its object free: fork's prepare handler holds every lock, and a free it catches waiting must
- * leave the object allocated in the child. Here the main thread holds the central caches'
- * locks as that handler does while a worker frees into a full list. */
-static void *waiting_object;
-static _Atomic int worker_ready, worker_go, worker_done, main_checked;
+/* Frees blocks (of size bytes) from *freed on until their list is full; false if it never
+ * was. */
+static bool fill_list(size_t size, void **blocks, int *freed, int count)
+{
+    cm_free_list *list = &cm_thread_cache_current->lists[cm_size_class(size)];
+    while (*freed < count && (list->max_length == 0 || cm_free_list_length(list) < list->max_length))
+        free(blocks[(*freed)++]);
+    return cm_free_list_length(list) == list->max_length && list->max_length > 0;
+}
 
-static void *free_into_full_list(void *arg)
+/* A free that finds its list full, of a block of a span the thread owns, goes onto the span's
+ * local list: nothing goes back to the central cache but the spans whose every block came
+ * back; the next misses take the local lists back, and the thread's exit gives back what is
+ * left. */
+enum { LOCAL_BLOCKS = 4096, LOCAL_SIZE = 64 };
+static size_t local_out_at_start; /* objects out of the class's spans as the worker started */
+
+/* Objects of the class out of its spans and not in its transfer cache. */
+static size_t out_of_spans(unsigned size_class)
+{
+    size_t cached, out = cm_central_objects_out(size_class, &cached);
+    return out - cached;
+}
+
+static void *local_lists_thread(void *arg)
 {
     (void)arg;
-    enum { COUNT = 64 };
-    void *blocks[COUNT];
-    for (int i = 0; i < COUNT; i++)
-        blocks[i] = malloc(7000);
-    cm_free_list *list = &cm_thread_cache_current->lists[cm_size_class(7000)]; /* created now */
-    int freed = 0; /* a recycled cache may have a list of any length: free until it is full */
-    while (freed < COUNT - 1 &&
-           (list->max_length == 0 || cm_free_list_length(list) < list->max_length))
+    static void *blocks[LOCAL_BLOCKS];
+    const unsigned c = cm_size_class(LOCAL_SIZE);
+    free(malloc(LOCAL_SIZE)); /* this thread's cache: empty when it starts */
+    local_out_at_start = out_of_spans(c) - cm_thread_cache_objects(c);
+    for (int i = 0; i < LOCAL_BLOCKS; i++)
+        CHECK((blocks[i] = malloc(LOCAL_SIZE)) != NULL);
+    for (int i = 0; i < LOCAL_BLOCKS; i++)
+        free(blocks[i]);
+    const cm_thread_cache *cache = cm_thread_cache_current;
+    const cm_free_list *list = &cache->lists[c];
+    CHECK(cm_free_list_length(list) == list->max_length); /* full: the rest went local */
+    CHECK(cache->local_objects[c] > 0 && cache->local_spans[c] != NULL);
+    CHECK(cm_thread_cache_valid() && cm_heap_check());
+    /* Every block out of the class's spans is this thread's again: on its list or local. */
+    CHECK(out_of_spans(c) - local_out_at_start == cm_thread_cache_objects(c));
+    for (const cm_span *span = cache->local_spans[c]; span != NULL; span = span->local_next)
+        CHECK(span->local_count < span->used); /* a span with every block back went home */
+    void *local_head = cache->local_spans[c]->local_free;
+    uint32_t local_before = cache->local_objects[c], found = 0;
+    for (int i = 0; i < LOCAL_BLOCKS; i++) {
+        CHECK((blocks[i] = malloc(LOCAL_SIZE)) != NULL);
+        found += blocks[i] == local_head;
+    }
+    CHECK(found == 1 && cache->local_objects[c] < local_before); /* the misses took them */
+    CHECK(cm_thread_cache_valid() && cm_heap_check());
+    for (int i = 0; i < LOCAL_BLOCKS; i++)
+        free(blocks[i]);
+    return NULL;
+}
+
+static void full_lists_send_own_frees_to_their_spans(void **state)
+{
+    (void)state;
+    const unsigned c = cm_size_class(LOCAL_SIZE);
+    cm_thread_cache_flush_current(); /* this thread holds none, nor has any in its mailbox */
+    size_t out_before = out_of_spans(c);
+    run_checked(local_lists_thread);
+    /* The exit gave back the list and the local lists (some of the list perhaps to this
+     * thread's mailbox, where the flush takes it). */
+    cm_thread_cache_flush_current();
+    assert_int_equal(out_of_spans(c), out_before);
+    assert_true(cm_heap_check());
+}
+
+/* A thread never pushes onto a local list another thread holds, even when the pagemap's owner
+ * of the span says it may (here the main thread frees, through the local list's slow path, a
+ * block of a span whose list the worker holds): the block goes the list's way instead. */
+static void *held_block;
+static cm_span *held_span;
+static _Atomic int held_ready, held_done;
+
+static void *hold_a_local_list(void *arg)
+{
+    (void)arg;
+    static void *blocks[LOCAL_BLOCKS];
+    for (int i = 0; i < LOCAL_BLOCKS; i++)
+        blocks[i] = malloc(LOCAL_SIZE);
+    int freed = 0;
+    fill_list(LOCAL_SIZE, blocks, &freed, LOCAL_BLOCKS);
+    while (freed < LOCAL_BLOCKS - 1 && held_block == NULL) { /* until one stays with a held span */
+        cm_span *span = cm_span_of(blocks[freed]);
         free(blocks[freed++]);
-    waiting_object = blocks[COUNT - 1];
-    bool full = cm_free_list_length(list) == list->max_length && list->max_length > 0;
+        if (span->local_holder == cm_thread_cache_current && cm_span_of(blocks[freed]) == span)
+            held_span = span, held_block = blocks[freed++];
+    }
+    atomic_store(&held_ready, 1);
+    while (!atomic_load(&held_done))
+        cm_os_yield();
+    while (freed < LOCAL_BLOCKS)
+        if (blocks[freed++] != held_block)
+            free(blocks[freed - 1]);
+    return NULL;
+}
+
+static void a_held_local_list_is_the_holders_alone(void **state)
+{
+    (void)state;
+    pthread_t thread;
+    free(malloc(LOCAL_SIZE)); /* the main thread's cache */
+    assert_int_equal(pthread_create(&thread, NULL, hold_a_local_list, NULL), 0);
+    while (!atomic_load(&held_ready))
+        cm_os_yield();
+    bool found = held_block != NULL;
+    const cm_thread_cache *holder = found ? held_span->local_holder : NULL;
+    uint32_t count = found ? held_span->local_count : 0;
+    if (found)
+        cm_thread_cache_free_local(held_span, held_block);
+    bool kept = found && held_span->local_holder == holder && held_span->local_count == count &&
+                cm_object_is_free(held_block) && cm_thread_cache_valid();
+    atomic_store(&held_done, 1);
+    pthread_join(thread, NULL);
+    assert_true(found);
+    assert_true(kept);
+    assert_true(cm_heap_check());
+}
+
+/* A free that waits on a lock marks its object free only after it has the lock: fork's
+ * prepare handler holds every lock, and a free it catches waiting must leave the object
+ * allocated in the child. Here the main thread holds the central caches' locks as that handler
+ * does while a worker frees into a full list: another thread's block (the list makes room in
+ * the central cache), or the last block out of a span of its own (the span's local list goes
+ * back to the central cache). */
+enum { WAITING_BLOCKS = 400, WAITING_SIZE = 7000, FOREIGN_BLOCKS = 64 };
+static void *waiting_object;
+static void *foreign_blocks[FOREIGN_BLOCKS]; /* main's: one of a span the worker does not own */
+static _Atomic int worker_ready, worker_go, worker_done, main_checked;
+
+/* Whether freeing block now gives its span's local list back to the central cache. */
+static bool frees_last_of_span(void *block)
+{
+    const cm_span *span = cm_span_of(block);
+    return span->local_holder == cm_thread_cache_current && span->local_count + 1 == span->used;
+}
+
+static void *free_into_full_list(void *own_span)
+{
+    static void *blocks[WAITING_BLOCKS];
+    for (int i = 0; i < WAITING_BLOCKS; i++)
+        blocks[i] = malloc(WAITING_SIZE);
+    int freed = 0; /* a recycled cache may have a list of any length: free until it is full */
+    bool ready = fill_list(WAITING_SIZE, blocks, &freed, WAITING_BLOCKS);
+    if (own_span != NULL) /* on to a block whose free gives its span back */
+        while (ready && freed < WAITING_BLOCKS && !frees_last_of_span(blocks[freed]))
+            free(blocks[freed++]);
+    if (own_span != NULL && freed < WAITING_BLOCKS)
+        waiting_object = blocks[freed++];
+    for (int i = 0; own_span == NULL && i < FOREIGN_BLOCKS && waiting_object == NULL; i++)
+        if (cm_pagemap_owner(foreign_blocks[i]) != cm_thread_cache_current->own_slot)
+            waiting_object = foreign_blocks[i];
+    ready = ready && waiting_object != NULL;
     atomic_store(&worker_ready, 1);
-    if (!full) { /* main waits for worker_done */
+    if (!ready) { /* main waits for worker_done */
         atomic_store(&worker_done, 1);
-        return "the list is full";
+        return own_span ? "a free gives its span's local list back"
+                        : "the list is full, and a block of another's span";
     }
     while (!atomic_load(&worker_go))
         cm_os_yield();
-    free(waiting_object); /* must flush first: waits for the central lock */
+    free(waiting_object); /* waits for the central lock */
     atomic_store(&worker_done, 1);
-    /* The object stays in this thread's list until main has looked: once the thread exits its
-     * span may go back to the OS (at once with CMALLOC_RELEASE_DELAY_MS=0) and read as zero. */
+    /* Another's block stays in this thread's list until main has looked: once the thread
+     * exits its span may go back to the OS (at once with CMALLOC_RELEASE_DELAY_MS=0) and read
+     * as zero. */
     while (!atomic_load(&main_checked))
         cm_os_yield();
-    while (freed < COUNT - 1)
+    while (freed < WAITING_BLOCKS)
         free(blocks[freed++]);
     return NULL;
 }
 
-static void free_marks_its_object_after_taking_locks(void **state)
+static void run_free_into_full_list(bool own_span)
 {
-    (void)state;
     pthread_t thread;
     void *failure = NULL;
-    assert_int_equal(pthread_create(&thread, NULL, free_into_full_list, NULL), 0);
+    atomic_store(&worker_ready, 0);
+    atomic_store(&worker_go, 0);
+    atomic_store(&worker_done, 0);
+    atomic_store(&main_checked, 0);
+    waiting_object = NULL;
+    for (int i = 0; i < FOREIGN_BLOCKS; i++)
+        foreign_blocks[i] = malloc(WAITING_SIZE);
+    assert_int_equal(pthread_create(&thread, NULL, free_into_full_list, own_span ? &thread : NULL),
+                     0);
     while (!atomic_load(&worker_ready))
         cm_os_yield();
     cm_central_fork(CM_FORK_PREPARE);
@@ -242,37 +387,64 @@ static void free_marks_its_object_after_taking_locks(void **state)
     cm_central_fork(CM_FORK_PARENT);
     while (!atomic_load(&worker_done))
         cm_os_yield();
-    bool marked = cm_object_is_free(waiting_object);
+    bool marked = own_span || cm_object_is_free(waiting_object); /* a span gone home reads 0 */
     atomic_store(&main_checked, 1);
     pthread_join(thread, &failure);
+    for (int i = 0; i < FOREIGN_BLOCKS; i++)
+        if (foreign_blocks[i] != waiting_object || own_span)
+            free(foreign_blocks[i]);
     if (failure)
         fail_msg("worker check failed: %s", (const char *)failure);
-    assert_false(done_early);   /* it waited for the lock */
+    if (done_early)
+        fail_msg("the free of %s did not wait for the lock", own_span ? "a span's last block" : "another thread's block");
     assert_false(marked_early); /* without marking its object */
     assert_true(marked);
 }
 
+static void free_marks_its_object_after_taking_locks(void **state)
+{
+    (void)state;
+    run_free_into_full_list(false);
+    run_free_into_full_list(true);
+}
+
 /* glibc's child frees again what a parent thread freed just before the fork (the dlopen'd TLS
  * blocks of tests/programs/fork_dlopen_tls.c). In the child a block on a list the fork left
- * behind (another thread's) is out of reach, so such a free is its first there and goes on as
- * an ordinary one; a second free in the child is a double free as ever. */
+ * behind (another thread's, or one of that thread's local lists) is out of reach, so such a
+ * free is its first there and goes on as an ordinary one; a second free in the child is a
+ * double free as ever. */
+enum { LEFT_BEHIND_SIZE = 48, LEFT_BEHIND_OWN = 2000 };
 static void *left_behind_block;
 static _Atomic int left_behind_freed, children_done;
+static const char *left_behind_failure;
 
-static void *free_and_stay(void *arg)
+static void *free_and_stay(void *local)
 {
-    (void)arg;
-    free(left_behind_block); /* onto this thread's list */
+    static void *own[LEFT_BEHIND_OWN];
+    int freed = 0;
+    if (local != NULL) { /* a block of its own, freed into its full list: a local list's */
+        for (int i = 0; i < LEFT_BEHIND_OWN; i++)
+            own[i] = malloc(LEFT_BEHIND_SIZE);
+        if (!fill_list(LEFT_BEHIND_SIZE, own, &freed, LEFT_BEHIND_OWN - 1))
+            left_behind_failure = "the list is full";
+        left_behind_block = own[LEFT_BEHIND_OWN - 1];
+    }
+    free(left_behind_block); /* onto this thread's list, or its span's local list */
+    if (local != NULL && cm_span_of(left_behind_block)->local_holder != cm_thread_cache_current)
+        left_behind_failure = "the block is on its span's local list";
     atomic_store(&left_behind_freed, 1);
     while (!atomic_load(&children_done))
         cm_os_yield();
+    while (local != NULL && freed < LEFT_BEHIND_OWN - 1)
+        free(own[freed++]);
     return NULL;
 }
 
 static void free_again_in_child(void *arg)
 {
     free(left_behind_block);
-    void *reused = malloc(48); /* the block went onto this thread's list: the next of its class */
+    void *reused = malloc(LEFT_BEHIND_SIZE); /* the block went onto this thread's list: the
+                                                next of its class */
     if (reused != left_behind_block)
         _exit(4);
     free(reused);
@@ -280,12 +452,14 @@ static void free_again_in_child(void *arg)
         free(left_behind_block);
 }
 
-static void a_child_may_free_again_what_another_thread_freed(void **state)
+static void child_frees_again_a_block_left_behind(bool local)
 {
-    (void)state;
-    left_behind_block = malloc(48);
+    atomic_store(&left_behind_freed, 0);
+    atomic_store(&children_done, 0);
+    left_behind_failure = NULL;
+    left_behind_block = local ? NULL : malloc(LEFT_BEHIND_SIZE);
     pthread_t thread;
-    assert_int_equal(pthread_create(&thread, NULL, free_and_stay, NULL), 0);
+    assert_int_equal(pthread_create(&thread, NULL, free_and_stay, local ? &thread : NULL), 0);
     while (!atomic_load(&left_behind_freed))
         cm_os_yield();
     static child_result result;
@@ -296,10 +470,20 @@ static void a_child_may_free_again_what_another_thread_freed(void **state)
     expect_death(free_again_in_child, "twice", expected);
     atomic_store(&children_done, 1);
     pthread_join(thread, NULL);
+    if (left_behind_failure != NULL)
+        fail_msg("the worker's check failed: %s", left_behind_failure);
     char how[96];
     if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
-        fail_msg("a child's free of a block another thread freed before the fork: %s\n%s",
+        fail_msg("a child's free of a block another thread freed before the fork (%s): %s\n%s",
+                 local ? "onto a local list" : "onto its list",
                  describe_status(result.status, how, sizeof how), result.output);
+}
+
+static void a_child_may_free_again_what_another_thread_freed(void **state)
+{
+    (void)state;
+    child_frees_again_a_block_left_behind(false);
+    child_frees_again_a_block_left_behind(true);
 }
 
 /* A list no path touched for a release delay gives its objects back, looked at from the
@@ -357,6 +541,8 @@ int main(void)
         cmocka_unit_test(cross_thread_frees_travel_in_batches),
         cmocka_unit_test(exited_threads_give_their_cache_back),
         cmocka_unit_test(frees_through_the_slow_path_keep_the_budget),
+        cmocka_unit_test(full_lists_send_own_frees_to_their_spans),
+        cmocka_unit_test(a_held_local_list_is_the_holders_alone),
         cmocka_unit_test(free_marks_its_object_after_taking_locks),
         cmocka_unit_test(idle_lists_give_their_objects_back),
         cmocka_unit_test(a_child_may_free_again_what_another_thread_freed),
