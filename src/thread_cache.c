@@ -60,10 +60,9 @@
 
 enum { THREAD_NEW = 0, THREAD_LIVE, THREAD_GONE };
 
+/* Every list empty with max_length 0 and start_limit 0: always the slow path; max_size 0 tells
+ * it from a live cache, and its own_slot is no span's owner. */
 static cm_thread_cache empty_cache = {.own_slot = CM_NO_OWN_SLOT};
-                                    /* every list empty with max_length 0 and start_limit 0:
-                                       always the slow path; max_size 0 tells it from a live
-                                       cache */
 _Static_assert(CM_REMOTE_SLOTS <= CM_NO_OWN_SLOT, "no slot is CM_NO_OWN_SLOT");
 CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current = &empty_cache;
 static CM_THREAD_LOCAL uint8_t thread_state;
@@ -128,7 +127,8 @@ static void publish(cm_thread_cache *cache, unsigned size_class)
     cache->published_length[size_class] = length;
     __atomic_store_n(&cache->published_size, bytes, __ATOMIC_RELAXED);
     uint32_t local = cache->local_objects[size_class];
-    bytes = cache->local_published + ((size_t)local - cache->local_published_objects[size_class]) * size;
+    bytes = cache->local_published +
+            ((size_t)local - cache->local_published_objects[size_class]) * size;
     cache->local_published_objects[size_class] = local;
     __atomic_store_n(&cache->local_published, bytes, __ATOMIC_RELAXED);
 }
@@ -189,10 +189,11 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
  * its class's queue (newest first). An allocation miss takes whole local lists first, spliced
  * by their last objects, up to a fill's worth, and lets go of their spans. A free that would
  * bring back a span's last object gives the list back to the central cache, and the span to
- * the page heap (keeping a few such spans whole for the next miss measured no faster). Exit, the orphan sweep, an idle class and cmalloc_release give
- * the lists back. Their objects count as used to the central cache; the cache counts them
- * (local_objects) for stats but not against its budget: a local list holds no page that a
- * live object of its span does not hold already, and a span with none goes home.
+ * the page heap (keeping a few such spans whole for the next miss measured no faster). Exit,
+ * the orphan sweep, an idle class and cmalloc_release give the lists back. Their objects count
+ * as used to the central cache; the cache counts them (local_objects) for stats but not
+ * against its budget: a local list holds no page that a live object of its span does not hold
+ * already, and a span with none goes home.
  * Invariant: local_objects[c] == the sum of local_count over the queue of class c, whose
  * local_queued[c] spans are held by the cache, of class c, with 0 < local_count < used + 1. */
 static void local_enqueue(cm_thread_cache *cache, unsigned size_class, cm_span *span)

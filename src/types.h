@@ -79,10 +79,10 @@ typedef struct cm_span {
      * local_holder is claimed from NULL with a compare-and-swap and given back under the
      * class's central lock. */
     struct cm_thread_cache *local_holder;
-    void *local_free;                         /* linked and marked as every free list */
-    void *local_last;                         /* its last object: the first one pushed */
-    uint32_t local_count;                     /* objects on it */
-    struct cm_span *local_next, *local_prev;  /* the holder's queue of the class, while listed */
+    void *local_free;                        /* linked and marked as every free list */
+    void *local_last;                        /* its last object: the first one pushed */
+    uint32_t local_count;                    /* objects on it */
+    struct cm_span *local_next, *local_prev; /* the holder's queue of the class, while listed */
 } cm_span;
 
 /* ---- thread cache -------------------------------------------------------------------------

@@ -193,7 +193,8 @@ static void frees_through_the_slow_path_keep_the_budget(void **state)
 static bool fill_list(size_t size, void **blocks, int *freed, int count)
 {
     cm_free_list *list = &cm_thread_cache_current->lists[cm_size_class(size)];
-    while (*freed < count && (list->max_length == 0 || cm_free_list_length(list) < list->max_length))
+    while (*freed < count &&
+           (list->max_length == 0 || cm_free_list_length(list) < list->max_length))
         free(blocks[(*freed)++]);
     return cm_free_list_length(list) == list->max_length && list->max_length > 0;
 }
@@ -396,7 +397,8 @@ static void run_free_into_full_list(bool own_span)
     if (failure)
         fail_msg("worker check failed: %s", (const char *)failure);
     if (done_early)
-        fail_msg("the free of %s did not wait for the lock", own_span ? "a span's last block" : "another thread's block");
+        fail_msg("the free of %s did not wait for the lock",
+                 own_span ? "a span's last block" : "another thread's block");
     assert_false(marked_early); /* without marking its object */
     assert_true(marked);
 }
