@@ -59,31 +59,35 @@ _Static_assert(sizeof(cm_class_info) == 32, "cm_class_info is indexed by a shift
 enum { CM_SPAN_DEAD = 0, CM_SPAN_FREE, CM_SPAN_SMALL, CM_SPAN_LARGE, CM_SPAN_MAPPED };
 
 typedef struct cm_span {
+    /* first line: the span itself and what the central cache's fills and lists touch */
     uintptr_t page;       /* first page number: address >> CM_PAGE_SHIFT */
     size_t pages;         /* length in pages */
     struct cm_span *next; /* FREE: page heap list; SMALL: central list of spans with room */
     struct cm_span *prev;
-    void *free_objects;     /* SMALL: objects given back, linked through their first word */
-    char *bump;             /* SMALL: next never-used object; carving is lazy to keep RSS low */
-    char *limit;            /* SMALL: end of the last whole object */
-    uint32_t used;          /* SMALL: objects out of the span (in caches or with the program) */
-    uint8_t size_class;     /* SMALL: its class; 0 for every other state */
-    uint8_t state;          /* CM_SPAN_* */
-    uint8_t released;       /* FREE: pages were given back to the OS (madvise) */
-    uint8_t listed;         /* SMALL: on its central cache's list of spans with room */
-    uint16_t listed_owner;  /* SMALL, listed: the slot whose list it is on (0: the class's
-                               shared list) */
-    uint64_t free_since_ms; /* FREE: when it became free, for release by age */
+    void *free_objects;    /* SMALL: objects given back, linked through their first word */
+    char *bump;            /* SMALL: next never-used object; carving is lazy to keep RSS low */
+    char *limit;           /* SMALL: end of the last whole object */
+    uint8_t size_class;    /* SMALL: its class; 0 for every other state */
+    uint8_t state;         /* CM_SPAN_* */
+    uint8_t released;      /* FREE: pages were given back to the OS (madvise) */
+    uint8_t listed;        /* SMALL: on its central cache's list of spans with room */
+    uint16_t listed_owner; /* SMALL, listed: the slot whose list it is on (0: the class's
+                              shared list) */
+    /* second line: what a free onto the local list reads and writes, used first */
+    uint32_t used __attribute__((aligned(CM_CACHE_LINE))); /* SMALL: objects out of the span
+                                                              (in caches or with the program) */
     /* SMALL: the local list, objects its holder's thread freed when its own list was full
      * (thread_cache.c, "local lists"). Only the holder touches the list and the queue links;
      * local_holder is claimed from NULL with a compare-and-swap and given back under the
      * class's central lock. */
+    uint32_t local_count;                    /* objects on it */
     struct cm_thread_cache *local_holder;
     void *local_free;                        /* linked and marked as every free list */
     void *local_last;                        /* its last object: the first one pushed */
-    uint32_t local_count;                    /* objects on it */
     struct cm_span *local_next, *local_prev; /* the holder's queue of the class, while listed */
+    uint64_t free_since_ms;                  /* FREE: when it became free, for release by age */
 } cm_span;
+_Static_assert(sizeof(cm_span) == 2 * CM_CACHE_LINE, "two lines: a free reads the second only");
 
 /* ---- thread cache -------------------------------------------------------------------------
  * One per thread. Invariants, outside a slow path: 0 <= lists[c].room <= lists[c].max_length,
