@@ -62,13 +62,21 @@ if [ "${1:-}" = --build-reproducers ]; then
 fi
 
 failures=0
+# Programs whose plain run may fail with glibc's own malloc: fork_dlopen_tls reproduces a
+# window of glibc's in which a forked child frees a block twice whatever the allocator (its
+# header says how; glibc's malloc aborted 3 of 300 children in one CI run). Their plain run is
+# reported, and the runs under cmalloc decide.
+glibc_races=" fork_dlopen_tls "
 run() { # run NAME: once plain, then REPEAT times under cmalloc
     name=$1
     [ -x "$out/$name" ] || { echo "-- $name: SKIP (not built)"; return; }
     printf -- "-- %s:" "$name"
     if ! (unset LD_PRELOAD; timeout -s KILL "$limit" "$out/$name") >"$out/$name.log" 2>&1; then
-        echo " FAIL even without cmalloc:"; sed -n 1,10p "$out/$name.log"
-        failures=$((failures + 1)); return
+        case $glibc_races in
+        *" $name "*) printf " (glibc's malloc alone: %s)" "$(tail -1 "$out/$name.log")" ;;
+        *) echo " FAIL even without cmalloc:"; sed -n 1,10p "$out/$name.log"
+           failures=$((failures + 1)); return ;;
+        esac
     fi
     i=1
     while [ "$i" -le "$repeat" ]; do

@@ -10,11 +10,13 @@
  * (cmalloc did: 2-9 of 300 children in every run, and 136-181 with CMALLOC_CHECK=1, fixed by
  * 9325959 and 8b3d3f9). glibc's window itself stays: a thread that is preempted after its
  * free returned and before glibc clears the table lets a child free the block again with any
- * allocator (glibc's own malloc then frees it twice silently); cmalloc's report of it was seen
- * once in about 17,000 forks here. The child now takes such a block back when it sits on the
- * freeing thread's list, which the fork left behind (cm_thread_cache_take_left_behind); one
- * that went on to the central cache (the list full) is still reported. So a run allows one
- * failed child and fails on two or more.
+ * allocator (glibc's own malloc then frees it twice, silently or aborting with "double free or
+ * corruption": 3 of 300 children once, which test_user_programs.sh allows); cmalloc's report
+ * of it was seen once in about 17,000 forks here. The child now takes such a block back when
+ * it sits on the freeing thread's list or local lists, which the fork left behind
+ * (cm_thread_cache_take_left_behind); one that went on to the central cache (the list full,
+ * the block another thread's) is still reported. So a run allows one failed child and fails on
+ * two or more.
  * The window is wider where a thread has two dlopen'd TLS blocks (glibc frees them in one loop
  * and clears the table after it: the first is freed while the second's free waits for a lock
  * the fork holds): with CMALLOC_PROF=1, libunwind's is the second, and with every block guarded
