@@ -84,6 +84,7 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
                       bool keep_own);
 static cm_thread_cache *cache_for_thread(void);
 static bool over_budget(const cm_thread_cache *cache, size_t pending);
+static void scavenge(cm_thread_cache *cache, size_t pending);
 static bool fits_after_growing(cm_thread_cache *cache, size_t pending);
 
 static uint32_t list_cap(unsigned size_class)
@@ -238,8 +239,9 @@ static void local_give_back_class(cm_thread_cache *cache, unsigned size_class)
 
 /* The fast path's local push could not be made (cm_free_to_own_span): the span is not held by
  * this thread yet, or object is its last one out. object starts an object of span and carries
- * no free mark; as in cm_thread_cache_free_slow, it is marked only once no lock is left to
- * wait for. */
+ * no free mark; as in cm_thread_cache_free_slow, the budget is kept first (counting what the
+ * fast paths pushed onto the list since its last slow path) and object is marked only once no
+ * lock is left to wait for. */
 void cm_thread_cache_free_local(cm_span *span, void *object)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
@@ -251,6 +253,9 @@ void cm_thread_cache_free_local(cm_span *span, void *object)
         cm_thread_cache_free_slow(object, size_class); /* another thread's list is there */
         return;
     }
+    publish(cache, size_class); /* the fast paths' pushes since its last slow path too */
+    if (over_budget(cache, 0))
+        scavenge(cache, 0);
     if (span->local_count + 1 >= __atomic_load_n(&span->used, __ATOMIC_RELAXED)) {
         local_give_back(cache, size_class, span, object); /* every object is back */
         publish(cache, size_class);
