@@ -20,7 +20,7 @@
  *                    for CM_CLAIM_FILL objects or more.
  *
  * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
- * time for a thread whose cache is gone, the runs of a mailbox), alloc.c (drain before a retry
+ * time for a thread whose cache is gone, the runs of a mailbox, a span's local list), alloc.c (drain before a retry
  * when the OS refuses memory) and background.c (the decay tick).
  * Release by age: batches that sat in a transfer cache through a whole interval of
  * CMALLOC_RELEASE_DELAY_MS (below the interval's low-water mark) go back to their spans, so
@@ -289,13 +289,10 @@ void cm_central_take_local(cm_span *span, void *object)
         span->local_free = object;
         span->local_count++;
     }
-    cm_link_relink(span->local_last, span->free_objects);
-    span->free_objects = span->local_free;
-    span_add_used(span, -(int64_t)span->local_count);
-    c->objects_out -= span->local_count;
-    span->local_free = span->local_last = NULL;
-    span->local_count = 0;
-    __atomic_store_n(&span->local_holder, NULL, __ATOMIC_RELEASE);
+    uint32_t count;
+    span->free_objects = cm_span_local_detach(span, span->free_objects, &count);
+    span_add_used(span, -(int64_t)count);
+    c->objects_out -= count;
     span_settle_locked(c, span);
     cm_lock_release(&c->lock);
 }

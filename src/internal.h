@@ -433,6 +433,18 @@ static inline uint32_t cm_free_list_length(const cm_free_list *list)
 {
     return list->max_length - (uint32_t)list->room;
 }
+/* Takes a held span's local list (thread_cache.c, "local lists") whole, its last object linked
+ * to rest, and lets go of the span: returns the list's head (*count objects). */
+static inline void *cm_span_local_detach(cm_span *span, void *rest, uint32_t *count)
+{
+    void *head = span->local_free;
+    cm_link_relink(span->local_last, rest);
+    *count = span->local_count;
+    span->local_free = span->local_last = NULL;
+    span->local_count = 0;
+    __atomic_store_n(&span->local_holder, NULL, __ATOMIC_RELEASE);
+    return head;
+}
 
 /* ---- runs ----------------------------------------------------------------------------------
  * A run is a list of free objects of one span posted together to an owner's mailbox

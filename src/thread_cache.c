@@ -196,7 +196,7 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
  * against its budget: a local list holds no page that a live object of its span does not hold
  * already, and a span with none goes home.
  * Invariant: local_objects[c] == the sum of local_count over the queue of class c, whose
- * local_queued[c] spans are held by the cache, of class c, with 0 < local_count < used + 1. */
+ * spans are held by the cache, of class c, with 0 < local_count < used + 1. */
 static void local_enqueue(cm_thread_cache *cache, unsigned size_class, cm_span *span)
 {
     span->local_prev = NULL;
@@ -204,7 +204,6 @@ static void local_enqueue(cm_thread_cache *cache, unsigned size_class, cm_span *
     if (span->local_next != NULL)
         span->local_next->local_prev = span;
     cache->local_spans[size_class] = span;
-    cache->local_queued[size_class]++;
 }
 
 /* Takes the span between prev and next off the class's queue, without reading the span. */
@@ -216,7 +215,6 @@ static void local_unlink(cm_thread_cache *cache, unsigned size_class, cm_span *p
         cache->local_spans[size_class] = next;
     if (next != NULL)
         next->local_prev = prev;
-    cache->local_queued[size_class]--;
 }
 
 /* Gives back a held span's list (with object, not yet marked, first) to the central cache. */
@@ -282,13 +280,10 @@ static bool take_local(cm_thread_cache *cache, unsigned size_class)
     cm_span *span;
     while (count < most && (span = cache->local_spans[size_class]) != NULL &&
            (count == 0 || count + span->local_count <= cap)) {
+        uint32_t taken;
         local_unlink(cache, size_class, NULL, span->local_next);
-        cm_link_relink(span->local_last, head);
-        head = span->local_free;
-        count += span->local_count;
-        span->local_free = span->local_last = NULL;
-        span->local_count = 0;
-        __atomic_store_n(&span->local_holder, NULL, __ATOMIC_RELEASE);
+        head = cm_span_local_detach(span, head, &taken);
+        count += taken;
     }
     if (head == NULL)
         return false;
@@ -297,14 +292,16 @@ static bool take_local(cm_thread_cache *cache, unsigned size_class)
     return true;
 }
 
-/* The class's local lists are sound (the invariant above), each ending at its local_last. */
+/* The class's local lists are sound (the invariant above), each ending at its local_last. The
+ * walk ends after local_objects spans, as each holds one object at least: a queue that loops
+ * fails. */
 static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
 {
     uint32_t spans = 0, objects = 0;
     const cm_span *prev = NULL;
     for (const cm_span *span = cache->local_spans[size_class]; span != NULL;
          prev = span, span = span->local_next) {
-        if (++spans > cache->local_queued[size_class] || span->local_prev != prev ||
+        if (++spans > cache->local_objects[size_class] || span->local_prev != prev ||
             span->state != CM_SPAN_SMALL || span->size_class != size_class ||
             span->local_holder != cache || span->local_count == 0 ||
             span->local_count > span->used ||
@@ -314,7 +311,7 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
             return false;
         objects += span->local_count;
     }
-    return spans == cache->local_queued[size_class] && objects == cache->local_objects[size_class];
+    return objects == cache->local_objects[size_class];
 }
 
 static void release_all(cm_thread_cache *cache)

@@ -73,7 +73,7 @@ typedef struct cm_span {
     uint8_t listed;        /* SMALL: on its central cache's list of spans with room */
     uint16_t listed_owner; /* SMALL, listed: the slot whose list it is on (0: the class's
                               shared list) */
-    /* second line: what a free onto the local list reads and writes, used first */
+    /* second line: all that a free onto the local list reads and writes */
     uint32_t used __attribute__((aligned(CM_CACHE_LINE))); /* SMALL: objects out of the span
                                                               (in caches or with the program) */
     /* SMALL: the local list, objects its holder's thread freed when its own list was full
@@ -94,7 +94,7 @@ _Static_assert(sizeof(cm_span) == 2 * CM_CACHE_LINE, "two lines: a free reads th
  * capacity == sum over classes of lists[c].max_length * class size, published_size <= max_size
  * and capacity <= CM_CAPACITY_PER_BUDGET * max_size (thread_cache.c): the bytes a cache holds
  * are bounded with no byte count on the fast paths. local_objects[c] == the sum of local_count
- * over the local_queued[c] spans of local_spans[c], each held by the cache.
+ * over the spans of local_spans[c], each held by the cache.
  */
 typedef struct cm_free_list {
     void *head;           /* objects linked through their first word */
@@ -136,7 +136,6 @@ typedef struct cm_thread_cache {
                                          next is sorted by owner (thread_cache.c's send_home) */
     uint16_t own_slot; /* slot while it is nonzero, else CM_NO_OWN_SLOT, which no pagemap owner
                           is: free's test of a span's owner against it needs no test of 0 */
-    uint16_t local_queued[CM_CLASSES_MAX];  /* spans on each class's queue */
     uint32_t local_objects[CM_CLASSES_MAX]; /* objects on those spans' local lists */
     cm_span *local_spans[CM_CLASSES_MAX];   /* each class's queue of spans with a local list,
                                                newest first */
