@@ -20,8 +20,9 @@
  * api.c's alloc_sampling counts allocations down to the next sample point), a pop with a link
  * check, and the free mark cleared. free: a pagemap read of the class byte, an object-start test
  * (with the constants its list carries), the double-free test (the free mark), a push if the list
- * has room (a full list sends an object of a span the thread owns to the span's local list, and
- * any other to cm_free_list_full, which skips the span lookup the general path makes). No byte
+ * has room (a full list sends an object of a span the thread owns to the span's local list, one
+ * of the owner the class's outbox collects for to the outbox, and any other to
+ * cm_free_list_full, which skips the span lookup the general path makes). No byte
  * counts: a cache's bytes are bounded by its lists' max_length, and its local lists by the
  * spans they are on (thread_cache.c).
  * Together 73 instructions per malloc+free pair up to 1152 B (76 above) with the caller's loop
@@ -45,6 +46,26 @@ static inline void cm_free_to_own_span(cm_thread_cache *cache, cm_span *span,
         return;
     }
     cm_thread_cache_free_local(span, p);
+}
+
+/* A free the full list has no room for, of a span whose owner the class's outbox collects
+ * for (thread_cache.c, "outboxes"): onto the outbox's newest run while it is of the same span
+ * and the outbox has room; the slow path starts a run, or posts a full outbox first. The
+ * span is only named, never read: a consumer's span lines are cold. */
+static inline void cm_free_to_outbox(cm_thread_cache *cache, const cm_span *span,
+                                     const cm_free_list *list, void *p, uintptr_t mark)
+{
+    size_t size_class = (size_t)(list - cache->lists);
+    cm_outbox *box = &cache->outboxes[size_class];
+    if (CM_LIKELY(box->chain.run_span == (uintptr_t)span && box->room > 0)) {
+        cm_link_set_marked(p, box->chain.top, mark);
+        box->chain.top = p;
+        box->chain.run_count++;
+        box->chain.count++;
+        box->room--;
+        return;
+    }
+    cm_thread_cache_free_remote(span, p, (unsigned)size_class);
 }
 
 static inline void *cm_alloc(size_t size)
@@ -80,8 +101,11 @@ static CM_ALWAYS_INLINE void cm_free(void *p)
                 return;
             }
             list->room = 0; /* it had none */
-            if (__atomic_load_n(&leaf->classes[index].owner, __ATOMIC_RELAXED) == cache->own_slot)
+            uint16_t owner = __atomic_load_n(&leaf->classes[index].owner, __ATOMIC_RELAXED);
+            if (owner == cache->own_slot)
                 cm_free_to_own_span(cache, leaf->spans[index], list, p, mark);
+            else if (owner == cache->outbox_slot[list - cache->lists])
+                cm_free_to_outbox(cache, leaf->spans[index], list, p, mark);
             else
                 cm_free_list_full(p);
             return;

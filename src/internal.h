@@ -227,22 +227,9 @@ bool cm_central_valid(void);
 void cm_central_fork(int phase);
 
 /* remote.c: the owners' mailboxes, a stack per slot and size class */
-/* What a freeing thread gathers for one owner: objects prepended one by one, cut into runs of
- * one span each (internal.h, "runs"). Zeroed to start. A post links the oldest run, the
- * chain's bottom, to what the mailbox holds: its last object's link and its head's header. */
-typedef struct cm_remote_chain {
-    void *top;          /* the newest object: the chain's first and the newest run's head */
-    void *run_last;     /* the newest run's last object */
-    void *run_next;     /* what run_last links to: the previous run's head, or NULL */
-    uintptr_t run_span; /* the newest run's span, as its first page */
-    uint32_t run_count; /* objects in the newest run */
-    uint32_t count;     /* objects in all runs */
-    void *bottom_head;  /* the oldest run's head, set once that run is finished */
-    void *bottom_last;  /* the oldest run's last object: the first one added */
-} cm_remote_chain;
 unsigned cm_remote_open(unsigned parked);
 void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
-                         uintptr_t span_page);
+                         uintptr_t span_key);
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
 bool cm_remote_runs_long(unsigned size_class, void *list, uint32_t count);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);
@@ -261,6 +248,7 @@ extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
 void *cm_thread_cache_alloc_slow(unsigned size_class);
 void cm_thread_cache_free_slow(void *object, unsigned size_class);
 void cm_thread_cache_free_local(cm_span *span, void *object);
+void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned size_class);
 void cm_thread_cache_flush_current(void);
 size_t cm_thread_cache_bytes(size_t *caches);
 size_t cm_thread_cache_objects(unsigned size_class);

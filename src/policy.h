@@ -175,6 +175,10 @@
  * fill_most): 256 objects of 64 B. xmalloc_bench ran 45M objects/s with fills of 128 objects,
  * 48M with 256 and 512, against 31M with a batch of 32 (medians of 5 interleaved runs). */
 #define CM_FILL_BYTES ((size_t)16 << 10)
+/* What a thread cache's outbox of a class gathers for one owner before it is posted
+ * (thread_cache.c, "outboxes"): 128 objects of 64 B, one compare-and-swap for them all; at
+ * least one object. */
+#define CM_OUTBOX_BYTES ((size_t)8 << 10)
 /* A full span that runs come back to is listed for fills again once this share of it is free
  * (central_cache.c's cm_central_take_runs): at a quarter, xmalloc_bench's fills took spans a
  * run or two had come back to, and chased their links (1 thread: 32.1M against 40.9M objects/s

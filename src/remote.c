@@ -121,12 +121,13 @@ static void finish_run(cm_remote_chain *chain, unsigned size_class)
         cm_run_set_header(chain->top, chain->run_count, chain->run_last, chain->run_next);
 }
 
-/* Prepends object (a marked object of size_class, in the span starting at span_page) to the
- * chain: onto the newest run when it is of the same span, else as a new run's first. */
+/* Prepends object (a marked object of size_class, of the span span_key names: one key per span
+ * in a chain, never 0) to the chain: onto the newest run when it is of the same span, else as
+ * a new run's first. */
 void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
-                         uintptr_t span_page)
+                         uintptr_t span_key)
 {
-    if (chain->count > 0 && span_page == chain->run_span && chain->run_count < CM_RUN_MOST) {
+    if (chain->count > 0 && span_key == chain->run_span && chain->run_count < CM_RUN_MOST) {
         chain->run_count++;
     } else {
         if (chain->count > 0)
@@ -135,7 +136,7 @@ void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *obje
             chain->bottom_last = object;
         chain->run_last = object;
         chain->run_next = chain->top;
-        chain->run_span = span_page;
+        chain->run_span = span_key;
         chain->run_count = 1;
     }
     cm_link_relink(object, chain->top);

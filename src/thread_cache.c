@@ -33,8 +33,8 @@
  * in the child (cm_thread_cache_take_left_behind).
  * Remote frees (remote.c): each cache opens a mailbox slot at an early allocation miss (the
  * parked slot owning what it has freed so far, when there is one), which the central cache
- * writes as the owner of the spans the cache fills from. The fast paths do not look at it: a free of
- * another cache's object is pushed on this thread's list like any other. What a list gives
+ * writes as the owner of the spans the cache fills from. A free of another cache's object is
+ * pushed on this thread's list like any other while the list has room. What a list gives
  * back (overflow, budget, idle lists, exit) is sent home: the objects of spans another live
  * cache owns posted to that owner's mailbox for the class, a chain of runs per owner, the rest
  * to the central cache as before (a list making room for a free keeps that rest when it is
@@ -47,7 +47,9 @@
  * that frees their objects, or else the next to open one (parked_lock, inside registry_lock).
  * Local lists: a free that finds its list full, of an object of a span the cache's slot owns,
  * goes onto that span's own list instead of flushing a batch (see "local lists" below); an
- * allocation miss takes those lists back whole before it looks at the mailbox.
+ * allocation miss takes those lists back whole before it looks at the mailbox. Outboxes: such
+ * a free of an object of the owner the class's last sorted list mostly went to goes onto an
+ * outbox for that owner, posted whole (see "outboxes" below).
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -127,7 +129,7 @@ static void publish(cm_thread_cache *cache, unsigned size_class)
                    ((size_t)length - cache->published_length[size_class]) * size;
     cache->published_length[size_class] = length;
     __atomic_store_n(&cache->published_size, bytes, __ATOMIC_RELAXED);
-    uint32_t local = cache->local_objects[size_class];
+    uint32_t local = cache->local_objects[size_class] + cache->outboxes[size_class].chain.count;
     bytes = cache->local_published +
             ((size_t)local - cache->local_published_objects[size_class]) * size;
     cache->local_published_objects[size_class] = local;
@@ -314,11 +316,99 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
     return objects == cache->local_objects[size_class];
 }
 
+/* ---- outboxes: what a full list has no room for, of another owner's spans -----------------
+ * A class's outbox collects for one owner (outbox_slot): a free that finds its list full, of
+ * an object whose span that owner holds, goes onto the outbox (fastpath.h's
+ * cm_free_to_outbox) as a chain of runs, one span each, with the runs' headers a post needs
+ * (remote.c), and the outbox is posted to the owner's mailbox once it holds CM_OUTBOX_BYTES:
+ * one compare-and-swap for them all, no walk of a list and no read of the pagemap again, as
+ * send_home would. send_home says which owner: after a list it sorted went mostly (more than
+ * half its objects) to one owner, and the post was taken, the class's outbox collects for
+ * that owner; after a list mostly kept (its own objects, no owner, or a post refused), for
+ * none. A refused post (the owner gone, or its mailbox full) sends the outbox to the central
+ * cache, and it collects for none. So an outbox serves a thread that frees what one other
+ * thread keeps allocating (a consumer), and a thread that frees what an exiting thread left
+ * it (larson's successors) finds the owner's slot closed. The outbox is the thread's alone;
+ * its objects carry the free mark and count as used in their spans, as a list's do; they
+ * count for stats with the local lists (publish), not against the budget: an outbox holds at
+ * most CM_OUTBOX_BYTES (or one object). Exit, the orphan sweep, an idle class and
+ * cmalloc_release post or give back every outbox.
+ * Invariant: an outbox collecting for no owner is empty; one collecting holds count objects
+ * of its class on a NULL-terminated chain from top, and count + room is outbox_most. */
+static uint32_t outbox_most(unsigned size_class)
+{
+    size_t most = CM_OUTBOX_BYTES / cm_classes[size_class].size;
+    return most > 0 ? (uint32_t)most : 1;
+}
+
+static void outbox_empty(cm_outbox *box, unsigned size_class)
+{
+    memset(&box->chain, 0, sizeof box->chain);
+    box->room = outbox_most(size_class);
+}
+
+/* Posts the class's outbox to its owner; refused, the outbox goes to the central cache and
+ * collects for none from now on. */
+static void outbox_post(cm_thread_cache *cache, unsigned size_class)
+{
+    cm_outbox *box = &cache->outboxes[size_class];
+    if (box->chain.count > 0 &&
+        !cm_remote_post(cache->outbox_slot[size_class], size_class, &box->chain,
+                        list_cap(size_class))) {
+        cm_link_relink(box->chain.bottom_last, NULL);
+        cm_central_flush(size_class, box->chain.top, box->chain.count);
+        cache->outbox_slot[size_class] = CM_NO_OWN_SLOT;
+    }
+    outbox_empty(box, size_class);
+}
+
+/* The class's outbox collects for slot from now on (CM_NO_OWN_SLOT: none); what it held for
+ * another goes there first. */
+static void outbox_collect_for(cm_thread_cache *cache, unsigned size_class, unsigned slot)
+{
+    if (cache->outbox_slot[size_class] == slot)
+        return;
+    if (cache->outbox_slot[size_class] != CM_NO_OWN_SLOT)
+        outbox_post(cache, size_class);
+    cache->outbox_slot[size_class] = (uint16_t)slot;
+    outbox_empty(&cache->outboxes[size_class], size_class);
+}
+
+/* The fast path's outbox push could not be made (cm_free_to_outbox): object (of span, of
+ * size_class, not marked) starts a new run, or the outbox is full and is posted first. When
+ * that post is refused, object goes the way of a full list's free. Whatever may wait on a lock
+ * comes before the object is marked, as in cm_thread_cache_free_slow. */
+void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned size_class)
+{
+    cm_thread_cache *cache = cm_thread_cache_current;
+    cm_outbox *box = &cache->outboxes[size_class];
+    if (box->room == 0)
+        outbox_post(cache, size_class);
+    if (cache->outbox_slot[size_class] == CM_NO_OWN_SLOT) {
+        cm_thread_cache_free_slow(object, size_class);
+        return;
+    }
+    cm_link_set(object, NULL);
+    cm_remote_chain_add(&box->chain, size_class, object, (uintptr_t)span);
+    box->room--;
+    publish(cache, size_class);
+}
+
+static bool outbox_valid(const cm_thread_cache *cache, unsigned size_class)
+{
+    const cm_outbox *box = &cache->outboxes[size_class];
+    if (cache->outbox_slot[size_class] == CM_NO_OWN_SLOT)
+        return box->chain.count == 0;
+    return box->chain.count + box->room == outbox_most(size_class) &&
+           cm_object_list_valid(size_class, box->chain.top, box->chain.count);
+}
+
 static void release_all(cm_thread_cache *cache)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         local_give_back_class(cache, size_class);
         release_objects(cache, size_class, cm_free_list_length(&cache->lists[size_class]), false);
+        outbox_collect_for(cache, size_class, CM_NO_OWN_SLOT);
         publish(cache, size_class);
     }
 }
@@ -565,6 +655,7 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
         homes[i].slot = owner;
         cm_remote_chain_add(&homes[i].chain, size_class, object, cm_pagemap_span_page(object));
     }
+    unsigned most_to = CM_NO_OWN_SLOT; /* the owner that took most of the list */
     for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && homes[i].slot != 0; i++) {
         cm_remote_chain *chain = &homes[i].chain;
         if (!cm_remote_post(homes[i].slot, size_class, chain, list_cap(size_class))) {
@@ -573,11 +664,15 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
                 central_last = chain->bottom_last;
             central = chain->top;
             kept += chain->count;
+        } else if (2 * chain->count > count) {
+            most_to = homes[i].slot;
         }
     }
     CM_ASSERT(kept <= count);
     if (2 * kept > count) /* mostly its own, no live owner's or refused: next few unsorted */
         cache->unsorted[size_class] = CM_UNSORTED_LISTS;
+    if (2 * kept > count || most_to != CM_NO_OWN_SLOT) /* "outboxes" above */
+        outbox_collect_for(cache, size_class, most_to);
     if (keep_own && kept > 0 && kept < count && kept < cm_classes[size_class].batch) {
         /* Part of a batch would reach the central cache, which only takes whole ones into its
          * transfer cache and walks the rest onto their spans under the lock: it stays on the
@@ -697,6 +792,7 @@ static CM_NOINLINE cm_thread_cache *create(void)
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cache->lists[size_class].start_magic = cm_classes[size_class].divisor_magic;
         cache->lists[size_class].start_limit = cm_classes[size_class].start_limit;
+        cache->outbox_slot[size_class] = CM_NO_OWN_SLOT;
     }
     cache->max_size = CM_THREAD_START_BUDGET;
     cache->owner_tid = cm_os_thread_id();
@@ -798,6 +894,7 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
         }
         release_idle_mailbox(cache, size_class); /* an unused class's mail too, list or not */
         local_give_back_class(cache, size_class);
+        outbox_collect_for(cache, size_class, CM_NO_OWN_SLOT);
         publish(cache, size_class);
         if (list->head != NULL) {
             release_objects(cache, size_class, cm_free_list_length(list), false);
@@ -899,7 +996,7 @@ void cm_thread_cache_flush_current(void)
 static size_t held_objects(const cm_thread_cache *cache, unsigned size_class)
 {
     return (size_t)cm_free_list_length(&cache->lists[size_class]) +
-           cache->local_objects[size_class];
+           cache->local_objects[size_class] + cache->outboxes[size_class].chain.count;
 }
 
 static size_t held_bytes(const cm_thread_cache *cache)
@@ -953,7 +1050,7 @@ bool cm_thread_cache_valid(void)
             list->start_magic != cm_classes[size_class].divisor_magic ||
             list->start_limit != cm_classes[size_class].start_limit ||
             list->max_length > list_cap(size_class) + cm_classes[size_class].batch ||
-            !local_lists_valid(cache, size_class))
+            !local_lists_valid(cache, size_class) || !outbox_valid(cache, size_class))
             return false;
         capacity += (size_t)list->max_length * cm_classes[size_class].size;
         published += (size_t)cache->published_length[size_class] * cm_classes[size_class].size;
@@ -1021,6 +1118,9 @@ bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
         if (!found && span != NULL && span->local_holder == cache &&
             (found = cm_list_unlink(&span->local_free, object, span->local_count, size_class)))
             span->local_count--;
+        cm_remote_chain *outbox = &cache->outboxes[size_class].chain;
+        if (!found && (found = cm_list_unlink(&outbox->top, object, outbox->count, size_class)))
+            outbox->count--;
     }
     found = found || take_left_behind_remote(object, size_class);
     cm_lock_release(&registry_lock);

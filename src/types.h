@@ -109,6 +109,27 @@ typedef struct cm_free_list {
 _Static_assert(sizeof(cm_free_list) == 32, "the fast paths index the lists by a shift");
 _Static_assert(CM_ALIGNMENT >= 2 * sizeof(uintptr_t), "a free object holds a link and a free mark");
 
+/* What a freeing thread gathers for one owner: objects prepended one by one, cut into runs of
+ * one span each (internal.h, "runs"; remote.c). Zeroed to start. A post links the oldest run, the
+ * chain's bottom, to what the mailbox holds: its last object's link and its head's header. */
+typedef struct cm_remote_chain {
+    void *top;          /* the newest object: the chain's first and the newest run's head */
+    void *run_last;     /* the newest run's last object */
+    void *run_next;     /* what run_last links to: the previous run's head, or NULL */
+    uintptr_t run_span; /* the newest run's span, as a key no other span has (0: none) */
+    uint32_t run_count; /* objects in the newest run */
+    uint32_t count;     /* objects in all runs */
+    void *bottom_head;  /* the oldest run's head, set once that run is finished */
+    void *bottom_last;  /* the oldest run's last object: the first one added */
+} cm_remote_chain;
+
+/* A class's outbox (thread_cache.c, "outboxes"): frees of one owner's objects gathered as a
+ * chain, posted to its mailbox once room runs out. */
+typedef struct cm_outbox {
+    cm_remote_chain chain; /* run_span keys runs by span address */
+    uint32_t room;         /* objects it takes before it is posted */
+} cm_outbox;
+
 typedef struct cm_thread_cache {
     cm_free_list lists[CM_CLASSES_MAX]; /* lists[0] is never used: class 0 means "not small" */
     int64_t sample_left;                /* while sampling, bytes the thread's pops may hand out
@@ -139,9 +160,14 @@ typedef struct cm_thread_cache {
     uint32_t local_objects[CM_CLASSES_MAX]; /* objects on those spans' local lists */
     cm_span *local_spans[CM_CLASSES_MAX];   /* each class's queue of spans with a local list,
                                                newest first */
-    size_t local_published;                 /* bytes on the local lists as of each class's
-                                               last slow path, for stats (atomic) */
-    uint32_t local_published_objects[CM_CLASSES_MAX]; /* each class's objects in it */
+    size_t local_published;                 /* bytes on the local lists and in the outboxes as
+                                               of each class's last slow path, for stats
+                                               (atomic) */
+    uint32_t local_published_objects[CM_CLASSES_MAX]; /* each class's objects in it (local lists
+                                                         and outbox) */
+    uint16_t outbox_slot[CM_CLASSES_MAX]; /* the owner each class's outbox collects for;
+                                             CM_NO_OWN_SLOT: none */
+    cm_outbox outboxes[CM_CLASSES_MAX];
 } cm_thread_cache;
 #define CM_NO_OWN_SLOT 0xffff
 

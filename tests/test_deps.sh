@@ -126,11 +126,15 @@ out=$(fake scripts/deps.sh --list)
 [ "$out" = "$base" ] || fail "--list: '$out'"
 fake scripts/deps.sh --nonsense 2>/dev/null && fail "deps.sh accepted --nonsense"
 
-# make: deps.sh (its dry run here) comes first, before any command of the goal.
+# make: deps.sh (its dry run here) comes first, before any command of the goal. The tools are
+# this machine's own here, so the bench goal may also name those of --bench that it lacks
+# (hyperfine, gnuplot-nox on a machine that never ran the matrix).
 for goal in test bench; do
     FAKE_MISSING=libcmocka-dev PATH="$tmp/bin:$PATH" $MAKE --no-print-directory -n $goal DEPS="./scripts/deps.sh --dry-run" > "$tmp/make.out" 2>&1
-    [ "$(head -1 "$tmp/make.out")" = "deps.sh: would install: libcmocka-dev" ] ||
-        fail "make -n $goal does not start with deps.sh: $(head -2 "$tmp/make.out")"
+    case "$(head -1 "$tmp/make.out") " in
+    "deps.sh: would install: libcmocka-dev "*) ;;
+    *) fail "make -n $goal does not start with deps.sh: $(head -2 "$tmp/make.out")" ;;
+    esac
 done
 FAKE_MISSING=libcmocka-dev PATH="$tmp/bin:$PATH" $MAKE --no-print-directory -n all DEPS="./scripts/deps.sh --dry-run" > "$tmp/make.out" 2>&1
 grep -q "deps.sh" "$tmp/make.out" && fail "make all runs deps.sh"

@@ -10,7 +10,10 @@
  * a live thread's spans are filled by it alone, go with its slot to the next thread to start,
  * and to anyone once they have waited a release delay; and a forked child may free again what
  * another thread had freed before the fork, wherever it waits (that thread's list or the
- * forking thread's mailbox: glibc's child does, tests/programs/fork_dlopen_tls.c). */
+ * forking thread's mailbox: glibc's child does, tests/programs/fork_dlopen_tls.c). A thread
+ * freeing many of one owner's blocks gathers them past its full list in an outbox posted
+ * whole, which a refused post sends to the central cache; a block in an outbox freed again is
+ * reported, and a child may free again what waits in a left-behind one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -969,6 +972,193 @@ static void a_class_in_use_is_not_idle_when_empty(void **state)
     assert_true(cm_heap_check());
 }
 
+/* ---- outboxes: a consumer's frees of one owner's blocks, posted whole -------------------- */
+#define OUTBOX_SIZE   64
+#define OUTBOX_BLOCKS 3000
+static void *outbox_blocks[OUTBOX_BLOCKS];
+
+typedef struct {
+    unsigned owner;     /* the slot the blocks' spans belong to */
+    int from, to;       /* the blocks this thread frees */
+    uint32_t most_held; /* the most its outbox held at once */
+    bool collecting;    /* its outbox collected for owner when it was done */
+    bool valid;         /* cm_heap_check held after every hundredth free */
+} outbox_note;
+
+static void *free_into_outbox(void *arg)
+{
+    outbox_note *n = arg;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    n->valid = true;
+    for (int i = n->from; i < n->to; i++) {
+        free(outbox_blocks[i]);
+        uint32_t held = cm_thread_cache_current->outboxes[c].chain.count;
+        n->most_held = held > n->most_held ? held : n->most_held;
+        if (i % 100 == 0)
+            n->valid = n->valid && cm_heap_check();
+    }
+    n->collecting = cm_thread_cache_current->outbox_slot[c] == n->owner;
+    return NULL;
+}
+
+/* Another thread frees far more of this thread's blocks than its list holds: once a list it
+ * gave back went to this thread's mailbox, its outbox collects for this thread and the frees
+ * past its full list wait there, up to CM_OUTBOX_BYTES, and are posted whole. Every block
+ * arrives in this thread's mailbox (the freeing thread's exit posts what was left), once. */
+static void a_consumer_posts_its_outbox_to_the_owner(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
+    outbox_note note = {.owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS};
+    assert_true(note.owner != 0);
+    on_another_thread(free_into_outbox, &note);
+    printf("outbox: at most %u of %d blocks of %d B waited in the freeing thread's outbox\n",
+           note.most_held, OUTBOX_BLOCKS, OUTBOX_SIZE);
+    assert_true(note.valid);
+    assert_true(note.collecting);
+    assert_true(note.most_held > 1);
+    assert_true(note.most_held <= CM_OUTBOX_BYTES / OUTBOX_SIZE);
+    assert_int_equal(mailbox_count(c), OUTBOX_BLOCKS);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
+/* The owner exits while another thread's outbox collects for it: the next post is refused,
+ * the outbox goes to the central cache and collects for nobody, and nothing is lost. */
+static sem_t owner_allocated, owner_go;
+
+static void *allocate_for_an_outbox(void *arg)
+{
+    unsigned *slot = arg;
+    for (int i = 0; i < OUTBOX_BLOCKS; i++)
+        outbox_blocks[i] = malloc(OUTBOX_SIZE);
+    *slot = cm_thread_cache_current->slot;
+    sem_post(&owner_allocated);
+    sem_wait(&owner_go);
+    return NULL;
+}
+
+static void *free_half_then_the_rest(void *arg)
+{
+    outbox_note *n = arg;
+    n->to = OUTBOX_BLOCKS / 2;
+    free_into_outbox(n);
+    bool collected = n->collecting;
+    sem_post(&owner_go);
+    sem_wait(&owner_allocated); /* the owner has exited */
+    n->from = OUTBOX_BLOCKS / 2, n->to = OUTBOX_BLOCKS;
+    free_into_outbox(n);
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    n->collecting = collected && cm_thread_cache_current->outbox_slot[c] == CM_NO_OWN_SLOT;
+    return NULL;
+}
+
+static void a_refused_outbox_goes_to_the_central_cache(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    size_t before = held_out(c);
+    sem_init(&owner_allocated, 0, 0);
+    sem_init(&owner_go, 0, 0);
+    outbox_note note = {0};
+    pthread_t owner, consumer;
+    assert_int_equal(pthread_create(&owner, NULL, allocate_for_an_outbox, &note.owner), 0);
+    sem_wait(&owner_allocated);
+    assert_int_equal(pthread_create(&consumer, NULL, free_half_then_the_rest, &note), 0);
+    pthread_join(owner, NULL);
+    sem_post(&owner_allocated);
+    pthread_join(consumer, NULL);
+    assert_true(note.valid);
+    assert_true(note.collecting); /* for the owner while it lived, for none after */
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
+/* A second free of a block waiting in an outbox is reported. */
+static void *free_all_then_one_twice(void *arg)
+{
+    outbox_note *n = arg;
+    free_into_outbox(n);
+    void *last = outbox_blocks[OUTBOX_BLOCKS - 1];
+    if (cm_thread_cache_current->outboxes[cm_size_class(OUTBOX_SIZE)].chain.top != last)
+        _exit(6); /* it is not in the outbox: the test would not test it */
+    announce(last);
+    free(last);
+    return NULL;
+}
+
+static void free_twice_from_an_outbox(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < OUTBOX_BLOCKS; i++)
+        outbox_blocks[i] = malloc(OUTBOX_SIZE);
+    outbox_note note = {.owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS};
+    on_another_thread(free_all_then_one_twice, &note);
+}
+
+static void a_double_free_of_a_block_in_an_outbox_is_reported(void **state)
+{
+    (void)state;
+    child_spec spec = {.body = free_twice_from_an_outbox};
+    expect_report(&spec, "cmalloc: double free %p in free()");
+}
+
+/* A thread frees this thread's blocks and stays, the last of them in its outbox; a child
+ * forked then frees them all again: each is that free's first in the child (the thread's
+ * cache is left behind), and a second is a double free as ever. */
+static _Atomic int outbox_filled, outbox_children_done;
+
+static void *fill_an_outbox_and_stay(void *arg)
+{
+    outbox_note *n = arg;
+    free_into_outbox(n);
+    atomic_store(&outbox_filled, 1);
+    while (!atomic_load(&outbox_children_done))
+        cm_os_yield();
+    return NULL;
+}
+
+static void free_outbox_blocks_again(void *arg)
+{
+    for (int i = 0; i < OUTBOX_BLOCKS; i++)
+        free(outbox_blocks[i]);
+    if (!cm_heap_check())
+        _exit(5);
+    if (arg != NULL)
+        free(outbox_blocks[OUTBOX_BLOCKS - 1]);
+}
+
+static void a_child_may_free_again_what_waits_in_an_outbox(void **state)
+{
+    (void)state;
+    for (int i = 0; i < OUTBOX_BLOCKS; i++)
+        outbox_blocks[i] = malloc(OUTBOX_SIZE);
+    outbox_note note = {.owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, fill_an_outbox_and_stay, &note), 0);
+    while (!atomic_load(&outbox_filled))
+        cm_os_yield();
+    assert_true(note.collecting && note.most_held > 0);
+    static child_result result;
+    child_spec spec = {.body = free_outbox_blocks_again};
+    run_child(&spec, &result);
+    char expected[96];
+    snprintf(expected, sizeof expected, "cmalloc: double free %p in free()",
+             outbox_blocks[OUTBOX_BLOCKS - 1]);
+    expect_death(free_outbox_blocks_again, "twice", expected);
+    atomic_store(&outbox_children_done, 1);
+    pthread_join(thread, NULL);
+    char how[96];
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("a child's free of blocks waiting in a left-behind outbox: %s\n%s",
+                 describe_status(result.status, how, sizeof how), result.output);
+}
+
 int main(void)
 {
     start_watchdog("test_remote", 120);
@@ -994,6 +1184,10 @@ int main(void)
         cmocka_unit_test(another_owners_batch_waits_for_it),
         cmocka_unit_test(a_fill_takes_a_spare_before_carving),
         cmocka_unit_test(a_class_in_use_is_not_idle_when_empty),
+        cmocka_unit_test(a_consumer_posts_its_outbox_to_the_owner),
+        cmocka_unit_test(a_refused_outbox_goes_to_the_central_cache),
+        cmocka_unit_test(a_double_free_of_a_block_in_an_outbox_is_reported),
+        cmocka_unit_test(a_child_may_free_again_what_waits_in_an_outbox),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
