@@ -386,6 +386,20 @@ static inline void cm_link_set(void *object, void *next)
 {
     cm_link_set_marked(object, next, cm_free_mark(object));
 }
+/* Links count objects of size bytes from first on, each to the one before it and the first to
+ * next, and marks them free: returns the last, the new list's head. The keys are read once:
+ * cm_link_set in a loop reads them again after every store, which might have changed them. */
+static inline void *cm_link_carved(char *first, size_t size, uint32_t count, void *next)
+{
+    const uintptr_t list_key = cm_list_key, free_key = cm_free_key;
+    for (char *object = first, *end = first + (size_t)count * size; object != end;
+         object += size) {
+        ((uintptr_t *)object)[0] = (uintptr_t)next ^ (uintptr_t)object ^ list_key;
+        ((uintptr_t *)object)[1] = (uintptr_t)object ^ free_key;
+        next = object;
+    }
+    return next;
+}
 static inline void *cm_link_next(const void *object)
 {
     uintptr_t slot_key = (uintptr_t)object ^ cm_list_key;
