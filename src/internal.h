@@ -230,6 +230,7 @@ void cm_central_fork(int phase);
 unsigned cm_remote_open(unsigned parked);
 void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
                          uintptr_t span_key);
+#define CM_REMOTE_COUNT_MOST 0x7fffu /* the most objects a mailbox word counts (15 bits) */
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
 bool cm_remote_runs_long(unsigned size_class, void *list, uint32_t count);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);

@@ -45,7 +45,7 @@
 enum { SLOT_FREE = 0, SLOT_OPEN, SLOT_LEFT, SLOT_PARKED };
 
 #define WORD_OPEN  ((uint64_t)1)
-#define COUNT_MOST 0x7fffu
+#define COUNT_MOST CM_REMOTE_COUNT_MOST
 
 typedef struct mailbox {
     _Atomic int64_t bytes; /* posted since the owner's takes (a bound, not an exact count: a post
@@ -138,6 +138,7 @@ void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *obje
         chain->run_next = chain->top;
         chain->run_span = span_key;
         chain->run_count = 1;
+        chain->runs++;
     }
     cm_link_relink(object, chain->top);
     chain->top = object;

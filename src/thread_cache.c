@@ -97,6 +97,29 @@ static uint32_t list_cap(unsigned size_class)
     return cap > batch ? cap : batch;
 }
 
+/* The most objects a class's mailbox may hold once chain is posted to it (beyond that the post
+ * goes central): as many as its word counts, within the mailbox's bound in bytes
+ * (CM_REMOTE_MAILBOX_BYTES), when the chain's runs are long (CM_RUN_LONG objects on average, in
+ * a class whose runs carry headers), else a list's worth. An owner's take that does not fit
+ * its list gives the runs back to their spans by their headers (take_mailbox): cheap when they
+ * are long, one cold line a run when they are short, which a list's worth never costs, as a
+ * mailbox that small becomes the list as it is. Held to a list's worth always, xmalloc_bench at
+ * 2 and 4 pairs found the owner's mailbox full on 14% and 32% of its posts (a batch of 4,096
+ * objects is a 64-byte list's cap): each went to the central cache under the class's lock,
+ * which the owner's fills take too, and the next few lists after it went there unsorted, so the
+ * consumers slept on that lock (58% of their context switches, `perf record -e
+ * sched:sched_switch --call-graph dwarf`). Past it for long runs: 64.8M, 66.5M and 46.7M
+ * frees/s at 2, 4 and 8 pairs against 46.6M, 40.5M and 32.4M, the rest level (`scripts/bench-ab.sh
+ * --reps 7 --rows xmalloc1,xmalloc2,xmalloc4,xmalloc8,xthr2,larson2,mstress2,rpm1,rpm2,larson8,
+ * mstress8,rpm8,churn8`; xmalloc1 and larson2 again over 11 runs: 82.4M and 73.4M against 80.3M
+ * and 71.6M). */
+static uint32_t mailbox_most(unsigned size_class, const cm_remote_chain *chain)
+{
+    bool long_runs = cm_class_has_run_headers(size_class) &&
+                     chain->count >= (uint64_t)CM_RUN_LONG * chain->runs;
+    return long_runs ? CM_REMOTE_COUNT_MOST : list_cap(size_class);
+}
+
 /* The most objects one fill asks for: a batch, or CM_FILL_BYTES of small
  * objects (the runs a mailbox gives back leave spans to carve, and each fill is a lock and a
  * drain of the carving's stores: at 32 objects of 64 B per fill, producer/consumer spent a
@@ -354,7 +377,7 @@ static void outbox_post(cm_thread_cache *cache, unsigned size_class)
     cm_outbox *box = &cache->outboxes[size_class];
     if (box->chain.count > 0 &&
         !cm_remote_post(cache->outbox_slot[size_class], size_class, &box->chain,
-                        list_cap(size_class))) {
+                        mailbox_most(size_class, &box->chain))) {
         cm_link_relink(box->chain.bottom_last, NULL);
         cm_central_flush(size_class, box->chain.top, box->chain.count);
         cache->outbox_slot[size_class] = CM_NO_OWN_SLOT;
@@ -597,10 +620,11 @@ static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
 }
 
 /* On an allocation miss: the mailbox of the empty list's class, whole. When its runs are long
- * (CM_RUN_LONG objects on average, by their headers) they go back to their spans, and the
- * fill that follows carves what came back whole, writing its links in order; else (and in the
- * 16-byte class) it becomes the list as it is (the list grows to hold it; the budget is kept
- * after the pop, as after a fill). True when it became the list. */
+ * (CM_RUN_LONG objects on average, by their headers) or it holds more than a list may, they go
+ * back to their spans, and the fill that follows carves what came back whole, writing its
+ * links in order; else (and in the 16-byte class) it becomes the list as it is (the list grows
+ * to hold it; the budget is kept after the pop, as after a fill). True when it became the
+ * list. */
 static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
     uint32_t count;
@@ -609,7 +633,7 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
         return false;
     CM_ASSERT(cm_object_list_valid(size_class, mail, count));
     if (cm_class_has_run_headers(size_class) &&
-        cm_remote_runs_long(size_class, mail, count)) {
+        (count > list_cap(size_class) || cm_remote_runs_long(size_class, mail, count))) {
         cm_central_take_runs(size_class, mail, count);
         return false;
     }
@@ -658,7 +682,7 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
     unsigned most_to = CM_NO_OWN_SLOT; /* the owner that took most of the list */
     for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && homes[i].slot != 0; i++) {
         cm_remote_chain *chain = &homes[i].chain;
-        if (!cm_remote_post(homes[i].slot, size_class, chain, list_cap(size_class))) {
+        if (!cm_remote_post(homes[i].slot, size_class, chain, mailbox_most(size_class, chain))) {
             cm_link_relink(chain->bottom_last, central); /* its owner is gone or has enough */
             if (central == NULL)
                 central_last = chain->bottom_last;

@@ -119,6 +119,7 @@ typedef struct cm_remote_chain {
     uintptr_t run_span; /* the newest run's span, as a key no other span has (0: none) */
     uint32_t run_count; /* objects in the newest run */
     uint32_t count;     /* objects in all runs */
+    uint32_t runs;      /* runs, the newest included */
     void *bottom_head;  /* the oldest run's head, set once that run is finished */
     void *bottom_last;  /* the oldest run's last object: the first one added */
 } cm_remote_chain;
