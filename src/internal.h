@@ -361,9 +361,13 @@ bool cm_pool_valid(const struct cmalloc_pool *pool);
  * and free finds a double free with one compare; program data matches it only by guessing a
  * 64-bit secret. Every list of objects uses these functions and nothing else. The keys and the
  * report of a corrupted list are error.c's (error.h). */
+static inline uintptr_t cm_free_mark_keyed(const void *object, uintptr_t free_key)
+{
+    return (uintptr_t)object ^ free_key;
+}
 static inline uintptr_t cm_free_mark(const void *object)
 {
-    return (uintptr_t)object ^ cm_free_key;
+    return cm_free_mark_keyed(object, cm_free_key);
 }
 static inline bool cm_object_is_free(const void *object)
 {
@@ -374,9 +378,13 @@ static inline void cm_object_hand_out(void *object)
     ((uintptr_t *)object)[1] = 0;
 }
 /* Moves an object that is on a list (so carries the mark already) to another. */
+static inline uintptr_t cm_link_word(const void *object, const void *next, uintptr_t list_key)
+{
+    return (uintptr_t)next ^ ((uintptr_t)object ^ list_key);
+}
 static inline void cm_link_relink(void *object, void *next)
 {
-    *(uintptr_t *)object = (uintptr_t)next ^ ((uintptr_t)object ^ cm_list_key);
+    *(uintptr_t *)object = cm_link_word(object, next, cm_list_key);
 }
 static inline void cm_link_set_marked(void *object, void *next, uintptr_t mark)
 {
@@ -395,8 +403,8 @@ static inline void *cm_link_carved(char *first, size_t size, uint32_t count, voi
     const uintptr_t list_key = cm_list_key, free_key = cm_free_key;
     for (char *object = first, *end = first + (size_t)count * size; object != end;
          object += size) {
-        ((uintptr_t *)object)[0] = (uintptr_t)next ^ (uintptr_t)object ^ list_key;
-        ((uintptr_t *)object)[1] = (uintptr_t)object ^ free_key;
+        ((uintptr_t *)object)[0] = cm_link_word(object, next, list_key);
+        ((uintptr_t *)object)[1] = cm_free_mark_keyed(object, free_key);
         next = object;
     }
     return next;

@@ -14,14 +14,16 @@
  * and in classes of CM_RUN_MIN_SIZE bytes and up writes each run's length, last object and
  * successor into its first object (internal.h, "runs"): when the runs are long, the owner
  * gives every run back to its span by reading that header alone, and spans that came back
- * whole are carved again from their start (central_cache.c's cm_central_take_runs); else, and
- * in the 16-byte class, the stack becomes the owner's empty list as it is. (The mailboxes were
+ * whole are carved again from their start (central_cache.c's cm_central_take_runs); so does a
+ * stack of more than a list holds, which only posts of long runs may make (thread_cache.c's
+ * mailbox_most); else, and in the 16-byte class, the stack becomes the owner's empty list as
+ * it is. (The mailboxes were
  * once one stack per slot, of every class, which the owner walked to sort: each object another
  * core had just written cost a cache miss, 35% of xmalloc_bench's time under `perf record`;
  * then a stack per class always used as the list, whose pops chased those same links: 59%.)
  * Word: top << 16 | count << 1 | open. top is the stack's first object (below 2^48, as every
- * address the pagemap covers), count at most COUNT_MOST, open set while the slot has an owner;
- * a closed word refuses posts and keeps what it holds for whoever closed it.
+ * address the pagemap covers), count at most CM_REMOTE_COUNT_MOST, open set while the slot has
+ * an owner; a closed word refuses posts and keeps what it holds for whoever closed it.
  * Ownership is a route, not an account: objects in mailboxes count as out of their spans
  * (span->used) as objects in thread caches do, so any cache may take any of them and a stale
  * route (a slot reused by a new thread, a span refilled by another) costs nothing but a detour.
@@ -45,7 +47,6 @@
 enum { SLOT_FREE = 0, SLOT_OPEN, SLOT_LEFT, SLOT_PARKED };
 
 #define WORD_OPEN  ((uint64_t)1)
-#define COUNT_MOST CM_REMOTE_COUNT_MOST
 
 typedef struct mailbox {
     _Atomic int64_t bytes; /* posted since the owner's takes (a bound, not an exact count: a post
@@ -70,7 +71,7 @@ static inline void *word_top(uint64_t word)
 }
 static inline uint32_t word_count(uint64_t word)
 {
-    return (uint32_t)(word >> 1) & COUNT_MOST;
+    return (uint32_t)(word >> 1) & CM_REMOTE_COUNT_MOST;
 }
 
 /* Opens slot if it is in state from: its words open and empty. */
@@ -150,7 +151,7 @@ void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *obje
  * caller keeps the chain, a list from top whose bottom_last's link it sets. */
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most)
 {
-    CM_ASSERT(most <= COUNT_MOST && chain->count > 0);
+    CM_ASSERT(most <= CM_REMOTE_COUNT_MOST && chain->count > 0);
     mailbox *box = &boxes[slot];
     if (atomic_load_explicit(&box->bytes, memory_order_relaxed) > (int64_t)CM_REMOTE_MAILBOX_BYTES)
         return false;
@@ -270,7 +271,7 @@ bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own)
         next = cm_link_next_checked(list);
         cm_remote_chain_add(&chain, size_class, list, cm_pagemap_span_page(list));
     }
-    if (chain.count > 0 && !cm_remote_post(own, size_class, &chain, COUNT_MOST)) {
+    if (chain.count > 0 && !cm_remote_post(own, size_class, &chain, CM_REMOTE_COUNT_MOST)) {
         cm_link_relink(chain.bottom_last, NULL);
         cm_central_flush(size_class, chain.top, chain.count);
     }

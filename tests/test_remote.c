@@ -250,7 +250,7 @@ static void *free_many(void *arg)
     return NULL;
 }
 
-static void a_mailbox_holds_a_few_lists_at_most(void **state)
+static void a_mailbox_holds_no_more_than_its_bound(void **state)
 {
     (void)state;
     unsigned c = cm_size_class(MANY_SIZE);
@@ -1179,7 +1179,7 @@ int main(void)
         cmocka_unit_test(rounds_of_threads_lose_nothing),
         cmocka_unit_test(a_remote_double_free_is_reported),
         cmocka_unit_test(a_child_may_free_again_what_another_thread_sent_home),
-        cmocka_unit_test(a_mailbox_holds_a_few_lists_at_most),
+        cmocka_unit_test(a_mailbox_holds_no_more_than_its_bound),
         cmocka_unit_test(an_idle_class_mailbox_is_given_back),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
         cmocka_unit_test(spans_that_come_back_whole_return_to_the_page_heap),
