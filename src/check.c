@@ -49,6 +49,7 @@ enum { ALLOCATED = 0x11, FREED = 0x22 };
 static cm_lock quarantine_lock = CM_LOCK_INIT;
 static check_header *quarantine[CM_QUARANTINE_OBJECTS]; /* FIFO ring */
 static size_t quarantine_head, quarantine_count, quarantine_bytes;
+static cm_latest_free latest_frees[CM_LATEST_FREES]; /* each thread's latest free */
 
 static uintptr_t state_word(unsigned state, const void *raw)
 {
@@ -211,6 +212,20 @@ bool cm_check_shrink(void *p, size_t size)
     return true;
 }
 
+/* A free of a block already freed: reported, unless a forked child frees again the block a
+ * thread the fork left behind had just freed (thread_cache.c's cm_latest_free_take). */
+static void second_free(const check_header *raw, const void *p, const char *caller,
+                        uintptr_t boundary)
+{
+    cm_lock_acquire(&quarantine_lock);
+    bool first_in_child = cm_latest_free_take(latest_frees, raw);
+    cm_lock_release(&quarantine_lock);
+    if (!first_in_child) {
+        about(raw, boundary);
+        cm_report_double_free(caller, p);
+    }
+}
+
 bool cm_check_free(void *p, const char *caller)
 {
     check_header *raw = header_of(p);
@@ -218,8 +233,7 @@ bool cm_check_free(void *p, const char *caller)
         return false;
     uintptr_t boundary = (uintptr_t)__builtin_return_address(0);
     if (raw->state != state_word(ALLOCATED, raw)) {
-        about(raw, boundary);
-        cm_report_double_free(caller, p);
+        second_free(raw, p, caller, boundary);
         return true;
     }
     if (!canary_intact(raw, p, boundary))
@@ -253,15 +267,14 @@ bool cm_check_free(void *p, const char *caller)
                 quarantine[(quarantine_head + quarantine_count) % CM_QUARANTINE_OBJECTS] = raw;
                 quarantine_count++;
                 quarantine_bytes += size;
+                cm_latest_free_note(latest_frees, raw);
             }
         }
         cm_lock_release(&quarantine_lock);
         for (size_t i = 0; i < evicted_count; i++)
             release_from_quarantine(evicted[i], boundary);
-        if (twice) {
-            about(raw, boundary);
-            cm_report_double_free(caller, p);
-        }
+        if (twice)
+            second_free(raw, p, caller, boundary);
         if (queued)
             return true;
     }
@@ -288,6 +301,8 @@ bool cm_check_usable_size(const void *p, size_t *size)
 void cm_check_fork(int phase)
 {
     cm_lock_fork(&quarantine_lock, phase);
+    if (phase == CM_FORK_CHILD)
+        cm_latest_free_fork_child(latest_frees);
 }
 
 /* At exit, the blocks still in the quarantine are checked once, so that a write to freed memory

@@ -81,6 +81,7 @@ static uint32_t slot_count, live_count, cursor; /* cursor: the next slot to look
 static uint32_t open_run = 1;                   /* slots per opening: OPEN_RUN with markers */
 static uint64_t openings;                       /* mprotect calls that opened slots */
 static uint32_t freeing_count;                  /* slots with freeing set (__atomic builtins) */
+static cm_latest_free latest_frees[CM_LATEST_FREES]; /* each thread's latest free */
 static struct sigaction previous_action;
 static volatile sig_atomic_t fault_reported;
 
@@ -177,8 +178,10 @@ void cm_guard_free(void *p, const char *caller, uint32_t stack)
         return;
     }
     if (slots[slot].state == SLOT_FREED) {
+        bool first_in_child = cm_latest_free_take(latest_frees, p);
         cm_lock_release(&guard_lock);
-        cm_report_double_free(caller, p);
+        if (!first_in_child)
+            cm_report_double_free(caller, p);
         return;
     }
     /* Closed, not released: one system call per free, and the page (one of at most
@@ -187,6 +190,7 @@ void cm_guard_free(void *p, const char *caller, uint32_t stack)
     slots[slot].state = SLOT_FREED;
     slots[slot].free_stack = stack;
     live_count--;
+    cm_latest_free_note(latest_frees, p);
     /* Freed for good only once the lock is released: a fork whose prepare handler waited on
      * it may run before this thread returns, and its child, where the program (glibc's TLS
      * tables, say) still holds p, gets the block back live (cm_guard_fork). */
@@ -397,6 +401,8 @@ static void revive_unfinished_frees(void)
 void cm_guard_fork(int phase)
 {
     cm_lock_fork(&guard_lock, phase);
-    if (phase == CM_FORK_CHILD && slots != NULL)
+    if (phase == CM_FORK_CHILD && slots != NULL) {
         revive_unfinished_frees();
+        cm_latest_free_fork_child(latest_frees);
+    }
 }

@@ -258,6 +258,17 @@ void cm_thread_cache_init(void);
 void cm_thread_cache_fork(int phase);
 void cm_thread_cache_fork_owner(void);
 bool cm_thread_cache_take_left_behind(void *object, unsigned size_class);
+/* The latest free of each thread through guard.c's and check.c's locked paths, for a forked
+ * child's second free of a block another thread had just freed (see thread_cache.c). */
+#define CM_LATEST_FREES 64
+typedef struct cm_latest_free {
+    uintptr_t thread;
+    const void *block;
+    bool left_behind; /* in a forked child: the note of a thread the fork left behind */
+} cm_latest_free;
+void cm_latest_free_note(cm_latest_free table[CM_LATEST_FREES], const void *block);
+void cm_latest_free_fork_child(cm_latest_free table[CM_LATEST_FREES]);
+bool cm_latest_free_take(cm_latest_free table[CM_LATEST_FREES], const void *block);
 
 /* alloc.c: the allocator beneath the modes (routing, large and mapped spans, bad pointers) */
 void *cm_alloc_unchecked(size_t size);

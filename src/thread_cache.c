@@ -1154,6 +1154,52 @@ bool cm_thread_cache_take_left_behind(void *object, unsigned size_class)
     return found;
 }
 
+/* The latest free of each thread through a path that takes a lock (guard.c, check.c; one
+ * table each, guarded by its lock). glibc's window of fork_dlopen_tls.c is open there too: a
+ * thread's free returned, but its TLS table still holds the block when another thread forks,
+ * and the child frees it again. The child cannot tell that from a program's double free by the
+ * block alone, so each free notes its block under its thread (identified by the address of
+ * its thread-local state, which a forked child keeps for the thread it goes on with); in the
+ * child the other threads' notes are kept, once each, and a second free of a noted block is
+ * taken as its first there. A thread's note is overwritten by its next free (and by another
+ * thread's hashing alike): what is lost is reported as before. */
+static size_t latest_free_index(uintptr_t thread)
+{
+    return (size_t)(((thread >> 12) * 0x9e3779b97f4a7c15ull) >> 32) % CM_LATEST_FREES;
+}
+
+void cm_latest_free_note(cm_latest_free table[CM_LATEST_FREES], const void *block)
+{
+    uintptr_t thread = (uintptr_t)&thread_state;
+    table[latest_free_index(thread)] =
+        (cm_latest_free){.thread = thread, .block = block, .left_behind = false};
+}
+
+/* In the child: every note but the forking thread's is a thread's the fork left behind (the
+ * forking thread's free returned before it forked, so freeing that block again is the
+ * program's double free). */
+void cm_latest_free_fork_child(cm_latest_free table[CM_LATEST_FREES])
+{
+    for (size_t i = 0; i < CM_LATEST_FREES; i++) {
+        table[i].left_behind = table[i].block != NULL && table[i].thread != (uintptr_t)&thread_state;
+        if (!table[i].left_behind)
+            table[i].block = NULL;
+    }
+}
+
+/* A free of a block already freed: true, and the note dropped, when it was the latest free of
+ * a thread the fork left behind (the table's lock held). */
+bool cm_latest_free_take(cm_latest_free table[CM_LATEST_FREES], const void *block)
+{
+    for (size_t i = 0; i < CM_LATEST_FREES; i++) {
+        if (table[i].left_behind && table[i].block == block) {
+            table[i] = (cm_latest_free){.block = NULL};
+            return true;
+        }
+    }
+    return false;
+}
+
 /* In a forked child, always (also when fork took no lock): the thread's cache must carry the
  * child thread's own ids, or a later sweep would take it for an orphan (or, with the parent's
  * pid, never recycle it). */

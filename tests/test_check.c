@@ -9,12 +9,19 @@
  *   zero_size_and_shrink_in_place malloc(0) has a usable byte; realloc within the usable size
  *                                 keeps the block
  *   shrink_keeps_the_canary       an overflow past the new end of a shrunk block is reported
+ *   a_child_may_free_again_the_latest_free_of_a_thread_left_behind
+ *                                 in a forked child, a second free of the block another
+ *                                 thread freed last is its first there; a third, an earlier
+ *                                 block of that thread's, and the forking thread's own are
+ *                                 reported; then again, re-executed with every block guarded
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,9 +157,93 @@ static void shrink_keeps_the_canary(void **state)
                  "aborting\n");
 }
 
+/* glibc's child frees again a block another thread's free had just returned from when the
+ * fork came (its TLS table not yet cleared: tests/programs/fork_dlopen_tls.c). The debug
+ * mode's and the guard's frees note each thread's latest block; in the child a second free of
+ * the latest of a thread the fork left behind is its first there, and anything else freed
+ * again is a double free as ever: the same block a third time, an earlier block of that
+ * thread, and a block the forking thread freed. Run in this mode and, re-executed with
+ * "guard", with every block guarded. */
+enum { LATEST_SIZE = 100 };
+static void *worker_earlier, *worker_latest, *own_freed;
+static _Atomic int worker_freed, children_done;
+
+static bool checked_or_guarded(const void *p)
+{
+    size_t size;
+    return cm_option.check ? cm_check_usable_size(p, &size) : cm_guard_owns(p);
+}
+
+static void *free_two_and_stay(void *arg)
+{
+    (void)arg;
+    worker_earlier = malloc(LATEST_SIZE);
+    worker_latest = malloc(LATEST_SIZE);
+    bool kind = checked_or_guarded(worker_earlier) && checked_or_guarded(worker_latest);
+    free(worker_earlier);
+    free(worker_latest);
+    atomic_store(&worker_freed, kind ? 1 : -1);
+    while (!atomic_load(&children_done))
+        cm_os_yield();
+    return NULL;
+}
+
+static void free_latest_again(void *third)
+{
+    free(worker_latest);
+    if (third != NULL) {
+        announce(worker_latest);
+        free(worker_latest);
+    }
+}
+
+static void free_earlier_again(void)
+{
+    announce(worker_earlier);
+    free(worker_earlier);
+}
+
+static void free_own_again(void)
+{
+    announce(own_freed);
+    free(own_freed);
+}
+
+static void a_child_may_free_again_the_latest_free_of_a_thread_left_behind(void **state)
+{
+    (void)state;
+    own_freed = malloc(LATEST_SIZE);
+    assert_true(checked_or_guarded(own_freed));
+    free(own_freed);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, free_two_and_stay, NULL), 0);
+    while (atomic_load(&worker_freed) == 0)
+        cm_os_yield();
+    assert_int_equal(atomic_load(&worker_freed), 1); /* the worker's blocks took the mode's path */
+    static child_result result;
+    child_spec spec = {.body = free_latest_again};
+    run_child(&spec, &result);
+    char how[96];
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("a child's free of the worker's latest freed block: %s\n%s",
+                 describe_status(result.status, how, sizeof how), result.output);
+    child_spec third = {.body = free_latest_again, .arg = &third};
+    expect_report(&third, "cmalloc: double free %p in free(); aborting\n");
+    expect_abort(free_earlier_again, "cmalloc: double free %p in free(); aborting\n");
+    expect_abort(free_own_again, "cmalloc: double free %p in free(); aborting\n");
+    atomic_store(&children_done, 1);
+    pthread_join(thread, NULL);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    if (argc > 1 && strcmp(argv[1], "guard") == 0) {
+        const struct CMUnitTest guarded[] = {
+            cmocka_unit_test(a_child_may_free_again_the_latest_free_of_a_thread_left_behind),
+        };
+        return cmocka_run_group_tests_name("guarded", guarded, NULL, NULL);
+    }
     const char *mode = getenv("CMALLOC_CHECK");
     if (mode == NULL || strcmp(mode, "1") != 0) {
         exec_self(argv, (const char *[]){"CMALLOC_CHECK=1", NULL});
@@ -164,6 +255,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(normal_use_works),
         cmocka_unit_test(zero_size_and_shrink_in_place),
         cmocka_unit_test(shrink_keeps_the_canary),
+        cmocka_unit_test(a_child_may_free_again_the_latest_free_of_a_thread_left_behind),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    if (failed != 0)
+        return failed;
+    /* The guard's path: the same scenario with every block guarded, the debug mode off. */
+    exec_self((char *[]){argv[0], "guard", NULL},
+              (const char *[]){"CMALLOC_CHECK=0", "CMALLOC_GUARD_RATE=1", NULL});
+    perror("test_check: re-exec for the guard");
+    return 1;
 }
