@@ -697,9 +697,11 @@ static void test_realloc_huge_sparse(void **state)
 /* realloc(p, 0) frees p and returns NULL, as glibc does; realloc(NULL, n) is malloc(n). */
 /* A buffer grown by an eighth at a time (as CPython grows bytearrays and lists), from 16 KiB
  * to 2 MiB with a small allocation between steps, moves about once per doubling: from 32 KiB
- * up a moved block gets whole pages with as many free ones after it, where it grows in place.
- * (In size classes it moved into the next class at each step below 256 KiB: 24 times in its
- * 42 steps, against 7 now.) */
+ * up a moved block gets whole pages with as many free ones after it where the heap has them,
+ * and grows in place there. Below 32 KiB each step moves into the next size class (6 steps);
+ * from 32 KiB to 2 MiB the size doubles 6 times: at most 12 moves in the 42 steps. How many
+ * of those 6 happen depends on what else the heap holds (7 to 11 have been seen); in size
+ * classes up to 256 KiB it moved 24 times. */
 static void test_realloc_grows_in_place(void **state)
 {
     (void)state;
@@ -726,7 +728,7 @@ static void test_realloc_grows_in_place(void **state)
     if (check != NULL && atoi(check) != 0)
         CHECK(moves == steps, "debug mode: %zu of %zu growing reallocs moved", moves, steps);
     else
-        CHECK(moves <= 10, "a buffer grown by an eighth at a time moved %zu times in %zu steps",
+        CHECK(moves <= 12, "a buffer grown by an eighth at a time moved %zu times in %zu steps",
               moves, steps);
     free(p);
     for (size_t i = 0; i < steps; i++)
