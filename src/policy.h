@@ -192,6 +192,22 @@
  * ran 35.5M against 40.2M ops/s at 2 threads, mstress 23.8M against 25.7M (medians of 5); 4,
  * 8 and 16 were alike but for alloc-crossthread (16.1M, 15.4M, 13.4M). */
 #define CM_RUN_LONG 4
+/* Long runs go back to their spans only in classes whose spans hold at least this many objects
+ * (up to 128 B); in the others they become the list as they are, as short runs do. A span of
+ * a few objects (4-28 from 256 B up) is whole again after a few frees and gone to the page
+ * heap, and the fill that follows carves a fresh one: a page-heap round trip and a span-list
+ * move for every few objects that came home, where the list costs nothing. alloc-crossthread
+ * (sizes of 16 B-1 KiB) at 2 threads: 112.9 instructions a malloc+free pair against 144.4
+ * (malloc 34.7 against 67.8; its slow paths had taken a span from the page heap at almost
+ * every fill), larson, mstress, the rpmalloc-style row and xmalloc within 2% (`valgrind
+ * --tool=callgrind --trace-children=yes env LD_PRELOAD=<build> build/bench/alloc_bench
+ * --mode=crossthread --size-dist=mixed --size 1024 --threads 2 --seconds 1 --warmup 0`, malloc's
+ * and free's inclusive counts over their calls; the same for larson2, mstress2, rpm2 and
+ * xmalloc2 of scripts/bench-ab.sh). Wall clock, `scripts/bench-ab.sh --reps 7 --rows
+ * xthr4,xthr8,xmalloc4,xmalloc8,larson8,mstress8,rpm8`: alloc-crossthread 1.24x at 4 threads
+ * and 1.29x at 8, the others within their spread; at 128 objects (up to 64 B) 0.89x and 1.66x,
+ * at 32 1.11x and 1.50x. */
+#define CM_RUN_SPAN_OBJECTS 64
 /* Runs whose headers that judgement reads at most (remote.c's cm_remote_runs_long): larson at
  * 2 threads 62.7M against 57.7M ops/s with every header read, the other rows level
  * (`scripts/bench-ab.sh --reps 7 --seconds 0.3 --rows larson2,mstress2,xthr2,larson8`). */

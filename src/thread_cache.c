@@ -620,12 +620,12 @@ static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
     }
 }
 
-/* On an allocation miss: the mailbox of the empty list's class, whole. When its runs are long
- * (CM_RUN_LONG objects on average, by their headers) or it holds more than a list may, they go
- * back to their spans, and the fill that follows carves what came back whole, writing its
- * links in order; else (and in the 16-byte class) it becomes the list as it is (the list grows
- * to hold it; the budget is kept after the pop, as after a fill). True when it became the
- * list. */
+/* On an allocation miss: the mailbox of the empty list's class, whole. When it holds more
+ * than a list may, or its runs are long (CM_RUN_LONG objects on average, by their headers) in a
+ * class whose spans hold CM_RUN_SPAN_OBJECTS or more, they go back to their spans, and the fill
+ * that follows carves what came back whole, writing its links in order; else (and in the
+ * 16-byte class) it becomes the list as it is (the list grows to hold it; the budget is kept
+ * after the pop, as after a fill). True when it became the list. */
 static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
     uint32_t count;
@@ -634,7 +634,9 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
         return false;
     CM_ASSERT(cm_object_list_valid(size_class, mail, count));
     if (cm_class_has_run_headers(size_class) &&
-        (count > list_cap(size_class) || cm_remote_runs_long(size_class, mail, count))) {
+        (count > list_cap(size_class) ||
+         (cm_classes[size_class].objects >= CM_RUN_SPAN_OBJECTS &&
+          cm_remote_runs_long(size_class, mail, count)))) {
         cm_central_take_runs(size_class, mail, count);
         return false;
     }
