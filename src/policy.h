@@ -199,15 +199,16 @@
  * move for every few objects that came home, where the list costs nothing. alloc-crossthread
  * (sizes of 16 B-1 KiB) at 2 threads: 112.9 instructions a malloc+free pair against 144.4
  * (malloc 34.7 against 67.8; its slow paths had taken a span from the page heap at almost
- * every fill), larson, mstress, the rpmalloc-style row and xmalloc within 2% (`valgrind
- * --tool=callgrind --trace-children=yes env LD_PRELOAD=<build> build/bench/alloc_bench
- * --mode=crossthread --size-dist=mixed --size 1024 --threads 2 --seconds 1 --warmup 0`, malloc's
- * and free's inclusive counts over their calls; the same for larson2, mstress2, rpm2 and
- * xmalloc2 of scripts/bench-ab.sh). Wall clock against the build before (3dda3c1),
- * `scripts/bench-ab.sh --reps 9 --rows xthr2,xthr4,xthr8`: 1.29x, 1.26x and 1.10x at 2, 4 and 8
- * threads; with `--rows xthr4,xthr8,xmalloc4,xmalloc8,larson8,mstress8,rpm8 --reps 7` 1.24x
- * and 1.29x, the others within their spread; a bound of 128 objects (up to 64 B) gave 0.89x
- * and 1.66x there, 32 (up to 256 B) 1.11x and 1.50x. */
+ * every fill); malloc's count on larson, mstress and xmalloc within 1%, 4% lower on the
+ * rpmalloc-style row (`valgrind --tool=callgrind --trace-children=yes env
+ * LD_PRELOAD=<build> build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024
+ * --threads 2 --seconds 1 --warmup 0`, malloc's and free's inclusive counts over their calls;
+ * the same for the commands of larson2, mstress2, rpm2 and xmalloc2 in scripts/bench-ab.sh).
+ * Wall clock against the build before (3dda3c1), `scripts/bench-ab.sh --reps 9 --rows
+ * xthr2,xthr4,xthr8`: 1.29x, 1.26x and 1.10x at 2, 4 and 8 threads. `--reps 7 --rows
+ * xthr4,xthr8,xmalloc4,xmalloc8,larson8,mstress8,rpm8`: 1.24x and 1.29x, the others within
+ * their spread; a bound of 128 objects (up to 64 B) gave 0.89x and 1.66x there, 32 (up to
+ * 256 B) 1.11x and 1.50x. */
 #define CM_RUN_SPAN_OBJECTS 64
 /* Runs whose headers that judgement reads at most (remote.c's cm_remote_runs_long): larson at
  * 2 threads 62.7M against 57.7M ops/s with every header read, the other rows level

@@ -438,6 +438,63 @@ static void spans_that_come_back_whole_return_to_the_page_heap(void **state)
     assert_int_equal(held_out(c), before);
 }
 
+/* Another thread frees blocks of a class whose span holds few objects (1 KiB: 8 a span), and
+ * this thread's mailbox gets them back in the order they were carved (posted again by their
+ * spans: long runs, whole spans; the freeing thread's lists, short at its start, had posted
+ * them a few at a time). This thread's next miss makes them its list as they are, and no span
+ * goes back to the page heap: given back, each span would have gone there and the fill carved
+ * a fresh one every few objects (policy.h's CM_RUN_SPAN_OBJECTS). */
+#define FEW_SIZE 1024
+#define FEW      64
+static void *few[FEW];
+
+static void *free_few(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < FEW; i++)
+        free(few[i]);
+    return NULL;
+}
+
+static void long_runs_of_small_spans_become_the_list(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(FEW_SIZE);
+    assert_true(cm_classes[c].objects < CM_RUN_SPAN_OBJECTS);
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = allocate_before_a_miss(FEW_SIZE, few, FEW, keep);
+    on_another_thread(free_few, NULL);
+    unsigned slot = cm_thread_cache_current->slot;
+    uint32_t count;
+    void *mail = cm_remote_take(slot, c, &count);
+    assert_int_equal(count, FEW);
+    assert_non_null(mail);
+    cm_remote_chain chain = {0};
+    for (int i = 0; i < FEW; i++)
+        cm_remote_chain_add(&chain, c, few[i], cm_pagemap_span_page(few[i]));
+    assert_true(cm_remote_post(slot, c, &chain, CM_LIST_OBJECTS_MAX));
+    mail = cm_remote_take(slot, c, &count);
+    assert_true(cm_remote_runs_long(c, mail, count));
+    post_back(slot, c, mail, count);
+    size_t free_before, free_after, released_before, released, large, spans;
+    cm_page_heap_counters(&free_before, &released_before, &large, &spans);
+    void *first = malloc(FEW_SIZE);
+    cm_page_heap_counters(&free_after, &released, &large, &spans);
+    assert_int_equal(free_after + released, free_before + released_before);
+    assert_int_equal(mailbox_count(c), 0);
+    assert_int_equal(cm_free_list_length(&cm_thread_cache_current->lists[c]), FEW - 1);
+    bool freed = false;
+    for (int i = 0; i < FEW && !freed; i++)
+        freed = first == few[i];
+    assert_true(freed);
+    assert_true(cm_heap_check());
+    free(first);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_int_equal(held_out(c), before);
+}
+
 /* Another thread frees blocks of two spans in turn, so every run it sends holds one: this
  * thread's next miss makes the mailbox its list as it is (runs that short seldom empty a
  * span, and giving them back would only have the fill walk them out again). */
@@ -1184,6 +1241,7 @@ int main(void)
         cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
         cmocka_unit_test(spans_that_come_back_whole_return_to_the_page_heap),
         cmocka_unit_test(short_runs_become_the_list),
+        cmocka_unit_test(long_runs_of_small_spans_become_the_list),
         cmocka_unit_test(a_corrupted_run_header_is_reported),
         cmocka_unit_test(a_run_header_pointing_away_is_reported),
         cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
