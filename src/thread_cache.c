@@ -354,8 +354,9 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * thread keeps allocating (a consumer), and a thread that frees what an exiting thread left
  * it (larson's successors) finds the owner's slot closed. The outbox is the thread's alone;
  * its objects carry the free mark and count as used in their spans, as a list's do; they
- * count for stats with the local lists (publish), not against the budget: an outbox holds at
- * most CM_OUTBOX_BYTES (or one object). Exit, the orphan sweep, an idle class and
+ * count for stats with the local lists (published when the outbox is posted and on the
+ * class's other slow paths: a run's start does not, as a free in no order starts one at every
+ * object), not against the budget: an outbox holds at most CM_OUTBOX_BYTES (or one object). Exit, the orphan sweep, an idle class and
  * cmalloc_release post or give back every outbox.
  * Invariant: an outbox collecting for no owner is empty; one collecting holds count objects
  * of its class on a NULL-terminated chain from top, and count + room is outbox_most. */
@@ -384,6 +385,7 @@ static void outbox_post(cm_thread_cache *cache, unsigned size_class)
         cache->outbox_slot[size_class] = CM_NO_OWN_SLOT;
     }
     outbox_empty(box, size_class);
+    publish(cache, size_class);
 }
 
 /* The class's outbox collects for slot from now on (CM_NO_OWN_SLOT: none); what it held for
@@ -415,7 +417,6 @@ void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned siz
     cm_link_set(object, NULL);
     cm_remote_chain_add(&box->chain, size_class, object, (uintptr_t)span);
     box->room--;
-    publish(cache, size_class);
 }
 
 static bool outbox_valid(const cm_thread_cache *cache, unsigned size_class)
