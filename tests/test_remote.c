@@ -446,15 +446,6 @@ static void spans_that_come_back_whole_return_to_the_page_heap(void **state)
  * a fresh one every few objects (policy.h's CM_RUN_SPAN_OBJECTS). */
 #define FEW_SIZE 1024
 #define FEW      64
-static void *few[FEW];
-
-static void *free_few(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < FEW; i++)
-        free(few[i]);
-    return NULL;
-}
 
 static void long_runs_of_small_spans_become_the_list(void **state)
 {
@@ -463,8 +454,8 @@ static void long_runs_of_small_spans_become_the_list(void **state)
     assert_true(cm_classes[c].objects < CM_RUN_SPAN_OBJECTS);
     size_t before = held_out(c);
     void *keep[4096];
-    unsigned kept = allocate_before_a_miss(FEW_SIZE, few, FEW, keep);
-    on_another_thread(free_few, NULL);
+    unsigned kept = allocate_before_a_miss(FEW_SIZE, whole, FEW, keep);
+    on_another_thread(free_whole, (void *)(intptr_t)FEW);
     unsigned slot = cm_thread_cache_current->slot;
     uint32_t count;
     void *mail = cm_remote_take(slot, c, &count);
@@ -472,7 +463,7 @@ static void long_runs_of_small_spans_become_the_list(void **state)
     assert_non_null(mail);
     cm_remote_chain chain = {0};
     for (int i = 0; i < FEW; i++)
-        cm_remote_chain_add(&chain, c, few[i], cm_pagemap_span_page(few[i]));
+        cm_remote_chain_add(&chain, c, whole[i], cm_pagemap_span_page(whole[i]));
     assert_true(cm_remote_post(slot, c, &chain, CM_LIST_OBJECTS_MAX));
     mail = cm_remote_take(slot, c, &count);
     assert_true(cm_remote_runs_long(c, mail, count));
@@ -486,7 +477,7 @@ static void long_runs_of_small_spans_become_the_list(void **state)
     assert_int_equal(cm_free_list_length(&cm_thread_cache_current->lists[c]), FEW - 1);
     bool freed = false;
     for (int i = 0; i < FEW && !freed; i++)
-        freed = first == few[i];
+        freed = first == whole[i];
     assert_true(freed);
     assert_true(cm_heap_check());
     free(first);
