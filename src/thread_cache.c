@@ -356,8 +356,8 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * its objects carry the free mark and count as used in their spans, as a list's do; they
  * count for stats with the local lists (published when the outbox is posted and on the
  * class's other slow paths: a run's start does not, as a free in no order starts one at every
- * object), not against the budget: an outbox holds at most CM_OUTBOX_BYTES (or one object). Exit, the orphan sweep, an idle class and
- * cmalloc_release post or give back every outbox.
+ * object), not against the budget: an outbox holds at most CM_OUTBOX_BYTES (or one object).
+ * Exit, the orphan sweep, an idle class and cmalloc_release post or give back every outbox.
  * Invariant: an outbox collecting for no owner is empty; one collecting holds count objects
  * of its class on a NULL-terminated chain from top, and count + room is outbox_most. */
 static uint32_t outbox_most(unsigned size_class)
