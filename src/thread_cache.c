@@ -297,10 +297,14 @@ void cm_thread_cache_free_local(cm_span *span, void *object)
 }
 
 /* On an allocation miss: whole local lists of the class, newest first, up to a fill's worth
- * (a list never over its cap), become the list; their spans are let go. True when one did. */
+ * (a list never over its cap), become the list; their spans are let go. True when one did.
+ * A local list of many objects is in the order they were freed, random in a program that
+ * frees in random order: its span's lines are fetched first (cm_span_prefetch_objects), as
+ * a central fill does; docs/PERFORMANCE.md has the numbers. */
 static bool take_local(cm_thread_cache *cache, unsigned size_class)
 {
     const uint32_t most = fill_most(size_class), cap = list_cap(size_class);
+    const uint32_t many = cm_classes[size_class].objects / CM_PREFETCH_DIVISOR;
     uint32_t count = 0;
     void *head = NULL;
     cm_span *span;
@@ -308,6 +312,8 @@ static bool take_local(cm_thread_cache *cache, unsigned size_class)
            (count == 0 || count + span->local_count <= cap)) {
         uint32_t taken;
         local_unlink(cache, size_class, NULL, span->local_next);
+        if (span->local_count >= many)
+            cm_span_prefetch_objects(span, &cm_classes[size_class]);
         head = cm_span_local_detach(span, head, &taken);
         count += taken;
     }
