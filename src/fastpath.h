@@ -50,14 +50,16 @@ static inline void cm_free_to_own_span(cm_thread_cache *cache, cm_span *span,
 
 /* A free the full list has no room for, of a span whose owner the class's outbox collects
  * for (thread_cache.c, "outboxes"): onto the outbox's newest run while it is of the same span
- * and the outbox has room; the slow path starts a run, or posts a full outbox first. The
- * span is only named, never read: a consumer's span lines are cold. */
+ * (onto a plain chain, whatever the span) and the outbox has room; the slow path starts a run
+ * or a chain, or posts a full outbox first. The span is only named, never read: a consumer's
+ * span lines are cold. */
 static inline void cm_free_to_outbox(cm_thread_cache *cache, const cm_span *span,
                                      const cm_free_list *list, void *p, uintptr_t mark)
 {
     size_t size_class = (size_t)(list - cache->lists);
     cm_outbox *box = &cache->outboxes[size_class];
-    if (CM_LIKELY(box->chain.run_span == (uintptr_t)span && box->room > 0)) {
+    if (CM_LIKELY((box->chain.run_span == (uintptr_t)span || box->chain.plain) &&
+                  box->room > 0)) {
         cm_link_set_marked(p, box->chain.top, mark);
         box->chain.top = p;
         box->chain.run_count++;

@@ -233,7 +233,7 @@ void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *obje
 #define CM_REMOTE_COUNT_MOST 0x7fffu /* the most objects a mailbox word counts (15 bits) */
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
 bool cm_remote_runs_long(unsigned size_class, void *list, uint32_t count);
-void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count);
+void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count, bool *plain);
 void cm_remote_close(unsigned slot);
 bool cm_remote_slot_open(unsigned slot);
 void cm_remote_park(unsigned slot);

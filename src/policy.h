@@ -214,6 +214,9 @@
  * 2 threads 62.7M against 57.7M ops/s with every header read, the other rows level
  * (`scripts/bench-ab.sh --reps 7 --seconds 0.3 --rows larson2,mstress2,xthr2,larson8`). */
 #define CM_RUN_SAMPLE 16
+/* Posts an outbox gathers as plain chains (no runs, no headers: remote.c, "plain posts")
+ * after one whose runs were short, before it measures them again. */
+#define CM_PLAIN_POSTS 8
 /* Lists of a class given back unsorted after one that was mostly the thread's own
  * (thread_cache.c's send_home): larson 44.3M against 40.1M ops/s at 2 threads, the
  * rpmalloc-style row 20.9M against 19.5M, alloc-crossthread 17.7M against 16.8M, the others

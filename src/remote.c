@@ -21,9 +21,20 @@
  * once one stack per slot, of every class, which the owner walked to sort: each object another
  * core had just written cost a cache miss, 35% of xmalloc_bench's time under `perf record`;
  * then a stack per class always used as the list, whose pops chased those same links: 59%.)
- * Word: top << 16 | count << 1 | open. top is the stack's first object (below 2^48, as every
- * address the pagemap covers), count at most CM_REMOTE_COUNT_MOST, open set while the slot has
- * an owner; a closed word refuses posts and keeps what it holds for whoever closed it.
+ * Plain posts: a freeing thread whose frees of an owner's objects come in no order cuts a run
+ * at almost every object, and its outbox's runs were a slow path for every free (88
+ * instructions a call under the order book's pipeline, `valgrind --tool=callgrind
+ * --trace-children=yes env LD_PRELOAD=build/libcmalloc.so build/orderbook replay ORDERS
+ * --pipeline`), for an owner that takes such a mailbox as a list anyway. So an outbox whose
+ * post held short runs (fewer than CM_RUN_LONG objects a run on average) gathers its next
+ * CM_PLAIN_POSTS posts as plain chains (thread_cache.c, "outboxes"), with no runs and no
+ * headers, and measures its runs again after. A plain post sets its word's plain bit, which
+ * stays until the owner's take: a stack with a plain post in it has no headers to read, and
+ * its owner takes it as a list, or gives it to the central cache as one.
+ * Word: top << 16 | plain << 16 | count << 1 | open. top is the stack's first object (below
+ * 2^48, as every address the pagemap covers, and a multiple of 16, so the plain bit is free),
+ * count at most CM_REMOTE_COUNT_MOST, open set while the slot has an owner; a closed word
+ * refuses posts and keeps what it holds for whoever closed it.
  * Ownership is a route, not an account: objects in mailboxes count as out of their spans
  * (span->used) as objects in thread caches do, so any cache may take any of them and a stale
  * route (a slot reused by a new thread, a span refilled by another) costs nothing but a detour.
@@ -33,7 +44,7 @@
  * cm_remote_take_left_behind).
  * Invariants: every object in a mailbox carries the free mark and counts as used in its span;
  * a word's stack holds exactly its count of objects of its class and ends in NULL, and (a LEFT
- * slot's excepted) its runs' headers add up to that count; bytes is at
+ * slot's and a plain word's excepted) its runs' headers add up to that count; bytes is at
  * most CM_REMOTE_MAILBOX_BYTES plus one post (posts above it are refused), so an owner that
  * stops allocating strands a bounded amount; only the owner (or, once closed, the closer) takes,
  * so takes and pushes need no ABA guard (pushes only add on top, and what is below the top a
@@ -47,6 +58,8 @@
 enum { SLOT_FREE = 0, SLOT_OPEN, SLOT_LEFT, SLOT_PARKED };
 
 #define WORD_OPEN  ((uint64_t)1)
+#define WORD_PLAIN ((uint64_t)1 << 16) /* below top's lowest bit: objects are 16-byte aligned */
+_Static_assert(CM_ALIGNMENT >= 16, "a stack's top leaves the word's plain bit free");
 
 typedef struct mailbox {
     _Atomic int64_t bytes; /* posted since the owner's takes (a bound, not an exact count: a post
@@ -67,7 +80,7 @@ static inline uint64_t word_of(void *top, uint32_t count, uint64_t open)
 }
 static inline void *word_top(uint64_t word)
 {
-    return (void *)(uintptr_t)(word >> 16);
+    return (void *)(uintptr_t)((word & ~WORD_PLAIN) >> 16);
 }
 static inline uint32_t word_count(uint64_t word)
 {
@@ -124,11 +137,15 @@ static void finish_run(cm_remote_chain *chain, unsigned size_class)
 
 /* Prepends object (a marked object of size_class, of the span span_key names: one key per span
  * in a chain, never 0) to the chain: onto the newest run when it is of the same span, else as
- * a new run's first. */
+ * a new run's first; a plain chain has no runs. */
 void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
                          uintptr_t span_key)
 {
-    if (chain->count > 0 && span_key == chain->run_span && chain->run_count < CM_RUN_MOST) {
+    if (chain->plain) {
+        if (chain->count == 0)
+            chain->bottom_last = object;
+    } else if (chain->count > 0 && span_key == chain->run_span &&
+               chain->run_count < CM_RUN_MOST) {
         chain->run_count++;
     } else {
         if (chain->count > 0)
@@ -148,24 +165,29 @@ void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *obje
 
 /* Posts the chain (of marked objects of size_class) to slot's owner; false when the slot has
  * no owner, its mailbox is over its bound or its word would hold more than most objects: the
- * caller keeps the chain, a list from top whose bottom_last's link it sets. */
+ * caller keeps the chain, a list from top whose bottom_last's link it sets. A plain chain, or
+ * any chain onto a plain word, leaves the word plain. */
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most)
 {
     CM_ASSERT(most <= CM_REMOTE_COUNT_MOST && chain->count > 0);
     mailbox *box = &boxes[slot];
     if (atomic_load_explicit(&box->bytes, memory_order_relaxed) > (int64_t)CM_REMOTE_MAILBOX_BYTES)
         return false;
-    finish_run(chain, size_class);
+    if (!chain->plain)
+        finish_run(chain, size_class);
+    const uint64_t plain = chain->plain ? WORD_PLAIN : 0;
     _Atomic uint64_t *word = &box->words[size_class];
     uint64_t seen = atomic_load_explicit(word, memory_order_relaxed);
     do {
         if (!(seen & WORD_OPEN) || word_count(seen) + chain->count > most)
             return false;
         cm_link_relink(chain->bottom_last, word_top(seen));
-        if (cm_class_has_run_headers(size_class))
+        if (!chain->plain && cm_class_has_run_headers(size_class))
             cm_run_set_next(chain->bottom_head, word_top(seen));
     } while (!atomic_compare_exchange_weak_explicit(
-        word, &seen, word_of(chain->top, word_count(seen) + chain->count, WORD_OPEN),
+        word, &seen,
+        word_of(chain->top, word_count(seen) + chain->count, WORD_OPEN) | plain |
+            (seen & WORD_PLAIN),
         memory_order_release, memory_order_relaxed));
     atomic_fetch_add_explicit(&box->bytes, (int64_t)(chain->count * cm_classes[size_class].size),
                               memory_order_relaxed);
@@ -173,19 +195,22 @@ bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, 
 }
 
 /* Everything posted to slot for size_class, as a NULL-terminated list of *count objects (NULL
- * and 0 when there is none). Only the slot's owner may take, or once closed, its closer. */
-void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count)
+ * and 0 when there is none); *plain: whether a plain post is among them (then the list has no
+ * run headers to read). Only the slot's owner may take, or once closed, its closer. */
+void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count, bool *plain)
 {
     mailbox *box = &boxes[slot];
     _Atomic uint64_t *word = &box->words[size_class];
     uint64_t seen = atomic_load_explicit(word, memory_order_relaxed);
     *count = 0;
+    *plain = false;
     if (word_count(seen) == 0)
         return NULL;
     while (!atomic_compare_exchange_weak_explicit(word, &seen, seen & WORD_OPEN,
                                                   memory_order_acquire, memory_order_relaxed))
         ;
     *count = word_count(seen);
+    *plain = (seen & WORD_PLAIN) != 0;
     atomic_fetch_sub_explicit(&box->bytes, (int64_t)(*count * cm_classes[size_class].size),
                               memory_order_relaxed);
     return word_top(seen);
@@ -243,7 +268,9 @@ static bool unlink_from(_Atomic uint64_t *word, void *object, unsigned size_clas
     void *top = word_top(seen);
     if (!cm_list_unlink(&top, object, word_count(seen), size_class))
         return false;
-    atomic_store_explicit(word, word_of(top, word_count(seen) - 1, seen & WORD_OPEN),
+    atomic_store_explicit(word,
+                          word_of(top, word_count(seen) - 1, seen & WORD_OPEN) |
+                              (seen & WORD_PLAIN),
                           memory_order_release);
     return true;
 }
@@ -264,7 +291,8 @@ bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own)
     /* Only the owner takes: out, search, and what is left posted back (in runs again: the
      * unlink may have cut one), or, over the mailbox's bound, to the central cache. */
     uint32_t count;
-    void *list = cm_remote_take(own, size_class, &count);
+    bool plain; /* unused: what is left is cut into runs again below */
+    void *list = cm_remote_take(own, size_class, &count, &plain);
     bool found = cm_list_unlink(&list, object, count, size_class);
     cm_remote_chain chain = {0};
     for (void *next; list != NULL; list = next) {
@@ -282,7 +310,8 @@ bool cm_remote_take_left_behind(void *object, unsigned size_class, unsigned own)
  * or more on average, judged by the headers of its first CM_RUN_SAMPLE runs: a stack of short
  * runs (frees in no order) has a header every object or two, each a line another core wrote
  * last, and walking them all was 8% of the order book pipeline's samples (`perf record -e
- * cpu-clock build/orderbook replay ORDERS --pipeline`, 500,000 messages). False when a header leads out of the class's spans (cm_central_take_runs checks the rest). */
+ * cpu-clock build/orderbook replay ORDERS --pipeline`, 500,000 messages). False when a header
+ * leads out of the class's spans (cm_central_take_runs checks the rest). */
 bool cm_remote_runs_long(unsigned size_class, void *list, uint32_t count)
 {
     uint32_t runs = 0, seen = 0;
@@ -332,7 +361,7 @@ bool cm_remote_valid(unsigned own)
         uint64_t word = atomic_load_explicit(&box->words[size_class], memory_order_acquire);
         if (!(word & WORD_OPEN) ||
             !cm_object_list_valid(size_class, word_top(word), word_count(word)) ||
-            !runs_valid(size_class, word_top(word), word_count(word)))
+            (!(word & WORD_PLAIN) && !runs_valid(size_class, word_top(word), word_count(word))))
             return false;
     }
     return true;

@@ -101,7 +101,7 @@ static uint32_t list_cap(unsigned size_class)
 /* The most objects a class's mailbox may hold once chain is posted to it (beyond that the post
  * goes central): as many as its word counts, within the mailbox's bound in bytes
  * (CM_REMOTE_MAILBOX_BYTES), when the chain's runs are long (CM_RUN_LONG objects on average, in
- * a class whose runs carry headers), else a list's worth. An owner's take that does not fit
+ * a class whose runs carry headers; a plain chain has none), else a list's worth. An owner's take that does not fit
  * its list gives the runs back to their spans by their headers (take_mailbox): cheap when they
  * are long, one cold line a run when they are short, which a list's worth never costs, as a
  * mailbox that small becomes the list as it is. Held to a list's worth always, xmalloc_bench at
@@ -116,7 +116,7 @@ static uint32_t list_cap(unsigned size_class)
  * and 71.6M). */
 static uint32_t mailbox_most(unsigned size_class, const cm_remote_chain *chain)
 {
-    bool long_runs = cm_class_has_run_headers(size_class) &&
+    bool long_runs = cm_class_has_run_headers(size_class) && !chain->plain &&
                      chain->count >= (uint64_t)CM_RUN_LONG * chain->runs;
     return long_runs ? CM_REMOTE_COUNT_MOST : list_cap(size_class);
 }
@@ -364,6 +364,10 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * class's other slow paths: a run's start does not, as a free in no order starts one at every
  * object), not against the budget: an outbox holds at most CM_OUTBOX_BYTES (or one object).
  * Exit, the orphan sweep, an idle class and cmalloc_release post or give back every outbox.
+ * Frees in no order start a run at almost every object, each a slow path: after a post whose
+ * runs were short (fewer than CM_RUN_LONG objects on average), the next CM_PLAIN_POSTS chains
+ * are plain (remote.c, "plain posts"), pushed by the fast path whatever their span, and the
+ * one after measures the runs again.
  * Invariant: an outbox collecting for no owner is empty; one collecting holds count objects
  * of its class on a NULL-terminated chain from top, and count + room is outbox_most. */
 static uint32_t outbox_most(unsigned size_class)
@@ -379,10 +383,15 @@ static void outbox_empty(cm_outbox *box, unsigned size_class)
 }
 
 /* Posts the class's outbox to its owner; refused, the outbox goes to the central cache and
- * collects for none from now on. */
+ * collects for none from now on. The chains that follow are plain while the runs are short. */
 static void outbox_post(cm_thread_cache *cache, unsigned size_class)
 {
     cm_outbox *box = &cache->outboxes[size_class];
+    const cm_remote_chain *chain = &box->chain;
+    if (chain->plain)
+        box->plain_posts--;
+    else if (chain->count > 0)
+        box->plain_posts = chain->count < (uint64_t)CM_RUN_LONG * chain->runs ? CM_PLAIN_POSTS : 0;
     if (box->chain.count > 0 &&
         !cm_remote_post(cache->outbox_slot[size_class], size_class, &box->chain,
                         mailbox_most(size_class, &box->chain))) {
@@ -404,10 +413,12 @@ static void outbox_collect_for(cm_thread_cache *cache, unsigned size_class, unsi
         outbox_post(cache, size_class);
     cache->outbox_slot[size_class] = (uint16_t)slot;
     outbox_empty(&cache->outboxes[size_class], size_class);
+    cache->outboxes[size_class].plain_posts = 0; /* a new owner's runs are measured first */
 }
 
 /* The fast path's outbox push could not be made (cm_free_to_outbox): object (of span, of
- * size_class, not marked) starts a new run, or the outbox is full and is posted first. When
+ * size_class, not marked) starts a new run or a new chain, or the outbox is full and is posted
+ * first. When
  * that post is refused, object goes the way of a full list's free. Whatever may wait on a lock
  * comes before the object is marked, as in cm_thread_cache_free_slow. */
 void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned size_class)
@@ -420,6 +431,8 @@ void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned siz
         cm_thread_cache_free_slow(object, size_class);
         return;
     }
+    if (box->chain.count == 0) /* set here, not at empty: the fast path skips a first object */
+        box->chain.plain = box->plain_posts > 0;
     cm_link_set(object, NULL);
     cm_remote_chain_add(&box->chain, size_class, object, (uintptr_t)span);
     box->room--;
@@ -431,6 +444,7 @@ static bool outbox_valid(const cm_thread_cache *cache, unsigned size_class)
     if (cache->outbox_slot[size_class] == CM_NO_OWN_SLOT)
         return box->chain.count == 0;
     return box->chain.count + box->room == outbox_most(size_class) &&
+           (!box->chain.plain || (box->plain_posts > 0 && box->chain.runs == 0)) &&
            cm_object_list_valid(size_class, box->chain.top, box->chain.count);
 }
 
@@ -469,12 +483,13 @@ static void unregister(cm_thread_cache *cache)
 
 /* ---- remote frees (remote.c has the mailboxes) -------------------------------------------- */
 /* What slot's mailbox holds for size_class goes to the central cache: in classes with run
- * headers, each run to its span without a walk. */
+ * headers, each run to its span without a walk (but a plain stack, as a list). */
 static void give_back_mailbox(unsigned slot, unsigned size_class)
 {
     uint32_t count;
-    void *list = cm_remote_take(slot, size_class, &count);
-    if (count > 0 && cm_class_has_run_headers(size_class))
+    bool plain;
+    void *list = cm_remote_take(slot, size_class, &count, &plain);
+    if (count > 0 && !plain && cm_class_has_run_headers(size_class))
         cm_central_take_runs(size_class, list, count);
     else if (count > 0)
         cm_central_flush(size_class, list, count);
@@ -632,19 +647,27 @@ static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
  * class whose spans hold CM_RUN_SPAN_OBJECTS or more, they go back to their spans, and the fill
  * that follows carves what came back whole, writing its links in order; else (and in the
  * 16-byte class) it becomes the list as it is (the list grows to hold it; the budget is kept
- * after the pop, as after a fill). True when it became the list. */
+ * after the pop, as after a fill). A stack with a plain post in it (remote.c) has no headers:
+ * it becomes the list, or goes to the central cache when it holds more than a list may (a
+ * post of long runs onto it). True when it became the list. */
 static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
     uint32_t count;
-    void *mail = cache->slot != 0 ? cm_remote_take(cache->slot, size_class, &count) : NULL;
+    bool plain;
+    void *mail =
+        cache->slot != 0 ? cm_remote_take(cache->slot, size_class, &count, &plain) : NULL;
     if (mail == NULL)
         return false;
     CM_ASSERT(cm_object_list_valid(size_class, mail, count));
-    if (cm_class_has_run_headers(size_class) &&
+    if (!plain && cm_class_has_run_headers(size_class) &&
         (count > list_cap(size_class) ||
          (cm_classes[size_class].objects >= CM_RUN_SPAN_OBJECTS &&
           cm_remote_runs_long(size_class, mail, count)))) {
         cm_central_take_runs(size_class, mail, count);
+        return false;
+    }
+    if (count > list_cap(size_class)) { /* a long-run post onto a plain one: no headers */
+        cm_central_flush(size_class, mail, count);
         return false;
     }
     fill_list_with(cache, size_class, mail, count);

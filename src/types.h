@@ -6,6 +6,7 @@
 #ifndef CM_TYPES_H
 #define CM_TYPES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
@@ -111,7 +112,9 @@ _Static_assert(CM_ALIGNMENT >= 2 * sizeof(uintptr_t), "a free object holds a lin
 
 /* What a freeing thread gathers for one owner: objects prepended one by one, cut into runs of
  * one span each (internal.h, "runs"; remote.c). Zeroed to start. A post links the oldest run, the
- * chain's bottom, to what the mailbox holds: its last object's link and its head's header. */
+ * chain's bottom, to what the mailbox holds: its last object's link and its head's header. A
+ * plain chain (set before its first object) is not cut into runs and carries no headers: the
+ * mailbox it goes to is a list to its owner (remote.c, "plain posts"). */
 typedef struct cm_remote_chain {
     void *top;          /* the newest object: the chain's first and the newest run's head */
     void *run_last;     /* the newest run's last object */
@@ -119,7 +122,8 @@ typedef struct cm_remote_chain {
     uintptr_t run_span; /* the newest run's span, as a key no other span has (0: none) */
     uint32_t run_count; /* objects in the newest run */
     uint32_t count;     /* objects in all runs */
-    uint32_t runs;      /* runs, the newest included */
+    uint32_t runs;      /* runs, the newest included (0 in a plain chain) */
+    bool plain;         /* no runs: only top, count and bottom_last are kept */
     void *bottom_head;  /* the oldest run's head, set once that run is finished */
     void *bottom_last;  /* the oldest run's last object: the first one added */
 } cm_remote_chain;
@@ -129,6 +133,7 @@ typedef struct cm_remote_chain {
 typedef struct cm_outbox {
     cm_remote_chain chain; /* run_span keys runs by span address */
     uint32_t room;         /* objects it takes before it is posted */
+    uint32_t plain_posts;  /* posts to gather as plain chains before runs are measured again */
 } cm_outbox;
 
 typedef struct cm_thread_cache {

@@ -12,8 +12,10 @@
  * another thread had freed before the fork, wherever it waits (that thread's list or the
  * forking thread's mailbox: glibc's child does, tests/programs/fork_dlopen_tls.c). A thread
  * freeing many of one owner's blocks gathers them past its full list in an outbox posted
- * whole, which a refused post sends to the central cache; a block in an outbox freed again is
- * reported, and a child may free again what waits in a left-behind one. */
+ * whole, which a refused post sends to the central cache; frees in no order go out as plain
+ * chains, which the owner takes as a list (or, past a list's cap, gives to the central cache);
+ * a block in an outbox freed again is reported, and a child may free again what waits in a
+ * left-behind one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -65,7 +67,8 @@ static uint32_t mailbox_count(unsigned size_class)
 {
     unsigned slot = cm_thread_cache_current->slot;
     uint32_t count;
-    void *mail = cm_remote_take(slot, size_class, &count);
+    bool plain;
+    void *mail = cm_remote_take(slot, size_class, &count, &plain);
     post_back(slot, size_class, mail, count);
     return count;
 }
@@ -111,7 +114,9 @@ static void remote_frees_come_back(void **state)
     unsigned slot = cm_thread_cache_current->slot, found = 0;
     assert_true(slot != 0);
     uint32_t count;
-    void *mail = cm_remote_take(slot, c, &count);
+    bool plain;
+    void *mail = cm_remote_take(slot, c, &count, &plain);
+    assert_false(plain); /* freed in order: runs */
     for (void *p = mail; p != NULL; p = cm_link_next(p), found++) {
         bool ours = false;
         for (int j = 0; j < BLOCKS && !ours; j++)
@@ -458,14 +463,17 @@ static void long_runs_of_small_spans_become_the_list(void **state)
     on_another_thread(free_whole, (void *)(intptr_t)FEW);
     unsigned slot = cm_thread_cache_current->slot;
     uint32_t count;
-    void *mail = cm_remote_take(slot, c, &count);
+    bool plain;
+    void *mail = cm_remote_take(slot, c, &count, &plain);
     assert_int_equal(count, FEW);
+    assert_false(plain);
     assert_non_null(mail);
     cm_remote_chain chain = {0};
     for (int i = 0; i < FEW; i++)
         cm_remote_chain_add(&chain, c, whole[i], cm_pagemap_span_page(whole[i]));
     assert_true(cm_remote_post(slot, c, &chain, CM_LIST_OBJECTS_MAX));
-    mail = cm_remote_take(slot, c, &count);
+    mail = cm_remote_take(slot, c, &count, &plain);
+    assert_false(plain);
     assert_true(cm_remote_runs_long(c, mail, count));
     post_back(slot, c, mail, count);
     size_t free_before, free_after, released_before, released, large, spans;
@@ -622,7 +630,11 @@ static void *take_64_sent_home(uint32_t *count)
     for (int i = 0; i < 64; i++)
         whole[i] = malloc(WHOLE_SIZE);
     on_another_thread(free_whole, (void *)(intptr_t)64);
-    return cm_remote_take(cm_thread_cache_current->slot, cm_size_class(WHOLE_SIZE), count);
+    bool plain;
+    void *mail = cm_remote_take(cm_thread_cache_current->slot, cm_size_class(WHOLE_SIZE), count,
+                                &plain);
+    assert_false(plain); /* its runs have headers to corrupt */
+    return mail;
 }
 
 /* A run header overwritten while the run waits (a write to freed memory): the owner's take
@@ -1041,6 +1053,7 @@ typedef struct {
     uint32_t most_held; /* the most its outbox held at once */
     bool collecting;    /* its outbox collected for owner when it was done */
     bool valid;         /* cm_heap_check held after every hundredth free */
+    bool plain_seen;    /* its outbox gathered a plain chain (remote.c, "plain posts") */
 } outbox_note;
 
 static void *free_into_outbox(void *arg)
@@ -1083,6 +1096,189 @@ static void a_consumer_posts_its_outbox_to_the_owner(void **state)
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
     assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
+/* Another thread frees this thread's blocks in no order, each of another span than the one
+ * before: the runs of its outbox's first post are short, so the next chains are plain, pushed
+ * by the fast path without a run cut at every block. The mailbox says so (its owner then takes
+ * it as a list: it has no headers), the heap checks hold throughout, and every block arrives,
+ * once. */
+#define SCATTER_STRIDE 1009 /* coprime with OUTBOX_BLOCKS: each block once, spans apart */
+
+static void *free_scattered_into_outbox(void *arg)
+{
+    outbox_note *n = arg;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    n->valid = true;
+    for (int i = 0; i < OUTBOX_BLOCKS; i++) {
+        free(outbox_blocks[(size_t)i * SCATTER_STRIDE % OUTBOX_BLOCKS]);
+        n->plain_seen = n->plain_seen || cm_thread_cache_current->outboxes[c].chain.plain;
+        if (i % 100 == 0)
+            n->valid = n->valid && cm_heap_check();
+    }
+    n->collecting = cm_thread_cache_current->outbox_slot[c] == n->owner;
+    return NULL;
+}
+
+static int compare_pointers(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void scattered_frees_go_out_as_plain_chains(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
+    outbox_note note = {.owner = cm_thread_cache_current->slot};
+    assert_true(note.owner != 0);
+    on_another_thread(free_scattered_into_outbox, &note);
+    assert_true(note.valid);
+    assert_true(note.collecting);
+    assert_true(note.plain_seen);
+    uint32_t count;
+    bool plain;
+    void *mail = cm_remote_take(note.owner, c, &count, &plain);
+    assert_true(plain);
+    assert_int_equal(count, OUTBOX_BLOCKS);
+    static void *arrived[OUTBOX_BLOCKS], *sent[OUTBOX_BLOCKS];
+    uint32_t found = 0;
+    for (void *p = mail; p != NULL && found < OUTBOX_BLOCKS; p = cm_link_next(p))
+        arrived[found++] = p;
+    assert_int_equal(found, OUTBOX_BLOCKS);
+    memcpy(sent, outbox_blocks, sizeof sent);
+    qsort(arrived, OUTBOX_BLOCKS, sizeof arrived[0], compare_pointers);
+    qsort(sent, OUTBOX_BLOCKS, sizeof sent[0], compare_pointers);
+    assert_memory_equal(arrived, sent, sizeof sent);
+    post_back(note.owner, c, mail, count);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
+/* Scattered frees of more blocks than a list holds, with the owner not allocating: the plain
+ * posts stop at a list's worth in the mailbox (the rest goes to the central cache), as posts
+ * of short runs do, and nothing is lost. */
+#define SCATTER_MANY 5003 /* coprime with SCATTER_STRIDE */
+static void *scatter_many[SCATTER_MANY];
+
+static void *free_many_scattered(void *arg)
+{
+    bool *plain_seen = arg;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    for (int i = 0; i < SCATTER_MANY; i++) {
+        free(scatter_many[(size_t)i * SCATTER_STRIDE % SCATTER_MANY]);
+        *plain_seen = *plain_seen || cm_thread_cache_current->outboxes[c].chain.plain;
+    }
+    return NULL;
+}
+
+static void a_plain_mailbox_holds_no_more_than_a_list(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    const uint32_t cap = CM_LIST_BYTES_MAX / OUTBOX_SIZE < CM_LIST_OBJECTS_MAX
+                             ? (uint32_t)(CM_LIST_BYTES_MAX / OUTBOX_SIZE)
+                             : CM_LIST_OBJECTS_MAX;
+    assert_true(SCATTER_MANY > cap);
+    size_t before = held_out(c);
+    static void *keep[4096];
+    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, scatter_many, SCATTER_MANY, keep);
+    bool plain_seen = false;
+    on_another_thread(free_many_scattered, &plain_seen);
+    assert_true(plain_seen);
+    uint32_t count;
+    bool plain;
+    unsigned slot = cm_thread_cache_current->slot;
+    void *mail = cm_remote_take(slot, c, &count, &plain);
+    printf("scattered: %u of %d blocks waited in the owner's mailbox (a list holds %u)\n", count,
+           SCATTER_MANY, cap);
+    assert_true(plain);
+    assert_true(count > 0 && count <= cap);
+    post_back(slot, c, mail, count);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
+/* A post of long runs may take a mailbox past what a list holds (thread_cache.c's
+ * mailbox_most); onto a plain post, the stack has no headers to give the runs back by, so the
+ * owner's miss gives it all to the central cache as a list, and nothing is lost. */
+#define PAST_CAP_EXTRA 200
+
+static void *free_outbox_blocks(void *arg)
+{
+    int count = (int)(intptr_t)arg;
+    for (int i = 0; i < count; i++)
+        free(outbox_blocks[i]);
+    return NULL;
+}
+
+static void a_plain_stack_past_a_lists_cap_goes_to_the_central_cache(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    const uint32_t cap = CM_LIST_BYTES_MAX / OUTBOX_SIZE < CM_LIST_OBJECTS_MAX
+                             ? (uint32_t)(CM_LIST_BYTES_MAX / OUTBOX_SIZE)
+                             : CM_LIST_OBJECTS_MAX;
+    const int total = (int)cap + PAST_CAP_EXTRA;
+    assert_true(total <= OUTBOX_BLOCKS * 2);
+    static void *many_blocks[OUTBOX_BLOCKS * 2];
+    size_t before = held_out(c);
+    unsigned slot = cm_thread_cache_current->slot;
+    assert_true(slot != 0);
+    /* total blocks of this thread's, freed by another thread and taken from the mailbox, in
+     * two rounds of OUTBOX_BLOCKS at most */
+    uint32_t taken = 0;
+    for (int round = 0; taken < (uint32_t)total; round++) {
+        int n = total - (int)taken < OUTBOX_BLOCKS ? total - (int)taken : OUTBOX_BLOCKS;
+        for (int i = 0; i < n; i++)
+            outbox_blocks[i] = malloc(OUTBOX_SIZE);
+        on_another_thread(free_outbox_blocks, (void *)(intptr_t)n);
+        uint32_t count;
+        bool plain;
+        for (void *p = cm_remote_take(slot, c, &count, &plain), *next; p != NULL; p = next) {
+            next = cm_link_next(p);
+            many_blocks[taken++] = p;
+        }
+        assert_true(round < 4);
+    }
+    assert_int_equal(taken, (uint32_t)total);
+    /* a plain post of PAST_CAP_EXTRA, then one of long runs of the rest */
+    cm_remote_chain plain_chain = {.plain = true}, runs = {0};
+    for (int i = 0; i < PAST_CAP_EXTRA; i++)
+        cm_remote_chain_add(&plain_chain, c, many_blocks[i], cm_pagemap_span_page(many_blocks[i]));
+    for (int i = PAST_CAP_EXTRA; i < total; i++)
+        cm_remote_chain_add(&runs, c, many_blocks[i], cm_pagemap_span_page(many_blocks[i]));
+    assert_int_equal(plain_chain.runs, 0);
+    assert_true(runs.runs > 0 && runs.count >= CM_RUN_LONG * runs.runs);
+    assert_true(cm_remote_post(slot, c, &plain_chain, CM_REMOTE_COUNT_MOST));
+    assert_true(cm_remote_post(slot, c, &runs, CM_REMOTE_COUNT_MOST));
+    assert_true(cm_heap_check());
+    /* this thread's next miss of the class takes the mailbox */
+    static void *emptied[CM_LIST_OBJECTS_MAX];
+    unsigned popped = 0;
+    while (cm_thread_cache_current->lists[c].head != NULL && popped < CM_LIST_OBJECTS_MAX)
+        emptied[popped++] = malloc(OUTBOX_SIZE);
+    size_t cached, out_before = cm_central_objects_out(c, &cached);
+    void *one = malloc(OUTBOX_SIZE);
+    size_t out_after = cm_central_objects_out(c, &cached);
+    printf("plain stack past the cap: %zu objects out of the spans before the miss, %zu after\n",
+           out_before, out_after);
+    assert_true(out_after + (size_t)total - cap <= out_before); /* given back, not the list */
+    uint32_t left;
+    bool plain;
+    assert_null(cm_remote_take(slot, c, &left, &plain));
+    assert_true(cm_heap_check());
+    free(one);
+    for (unsigned i = 0; i < popped; i++)
+        free(emptied[i]);
     assert_int_equal(held_out(c), before);
 }
 
@@ -1244,6 +1440,9 @@ int main(void)
         cmocka_unit_test(a_fill_takes_a_spare_before_carving),
         cmocka_unit_test(a_class_in_use_is_not_idle_when_empty),
         cmocka_unit_test(a_consumer_posts_its_outbox_to_the_owner),
+        cmocka_unit_test(scattered_frees_go_out_as_plain_chains),
+        cmocka_unit_test(a_plain_mailbox_holds_no_more_than_a_list),
+        cmocka_unit_test(a_plain_stack_past_a_lists_cap_goes_to_the_central_cache),
         cmocka_unit_test(a_refused_outbox_goes_to_the_central_cache),
         cmocka_unit_test(a_double_free_of_a_block_in_an_outbox_is_reported),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_an_outbox),
