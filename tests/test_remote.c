@@ -1161,6 +1161,13 @@ static void scattered_frees_go_out_as_plain_chains(void **state)
     assert_int_equal(held_out(c), before);
 }
 
+/* What a list of OUTBOX_SIZE blocks holds at most (thread_cache.c's list_cap). */
+static uint32_t list_cap_of_outbox_size(void)
+{
+    size_t by_bytes = CM_LIST_BYTES_MAX / OUTBOX_SIZE;
+    return by_bytes < CM_LIST_OBJECTS_MAX ? (uint32_t)by_bytes : CM_LIST_OBJECTS_MAX;
+}
+
 /* Scattered frees of more blocks than a list holds, with the owner not allocating: the plain
  * posts stop at a list's worth in the mailbox (the rest goes to the central cache), as posts
  * of short runs do, and nothing is lost. */
@@ -1182,9 +1189,7 @@ static void a_plain_mailbox_holds_no_more_than_a_list(void **state)
 {
     (void)state;
     unsigned c = cm_size_class(OUTBOX_SIZE);
-    const uint32_t cap = CM_LIST_BYTES_MAX / OUTBOX_SIZE < CM_LIST_OBJECTS_MAX
-                             ? (uint32_t)(CM_LIST_BYTES_MAX / OUTBOX_SIZE)
-                             : CM_LIST_OBJECTS_MAX;
+    const uint32_t cap = list_cap_of_outbox_size();
     assert_true(SCATTER_MANY > cap);
     size_t before = held_out(c);
     static void *keep[4096];
@@ -1224,9 +1229,7 @@ static void a_plain_stack_past_a_lists_cap_goes_to_the_central_cache(void **stat
 {
     (void)state;
     unsigned c = cm_size_class(OUTBOX_SIZE);
-    const uint32_t cap = CM_LIST_BYTES_MAX / OUTBOX_SIZE < CM_LIST_OBJECTS_MAX
-                             ? (uint32_t)(CM_LIST_BYTES_MAX / OUTBOX_SIZE)
-                             : CM_LIST_OBJECTS_MAX;
+    const uint32_t cap = list_cap_of_outbox_size();
     const int total = (int)cap + PAST_CAP_EXTRA;
     assert_true(total <= OUTBOX_BLOCKS * 2);
     static void *many_blocks[OUTBOX_BLOCKS * 2];
