@@ -100,18 +100,18 @@ static uint32_t list_cap(unsigned size_class)
 
 /* The most objects a class's mailbox may hold once chain is posted to it (beyond that the post
  * goes central): as many as its word counts, within the mailbox's bound in bytes
- * (CM_REMOTE_MAILBOX_BYTES), when the chain's runs are long (CM_RUN_LONG objects on average, in
- * a class whose runs carry headers; a plain chain has none), else a list's worth. An owner's take that does not fit
- * its list gives the runs back to their spans by their headers (take_mailbox): cheap when they
- * are long, one cold line a run when they are short, which a list's worth never costs, as a
- * mailbox that small becomes the list as it is. Held to a list's worth always, xmalloc_bench at
- * 2 and 4 pairs found the owner's mailbox full on 14% and 32% of its posts (a batch of 4,096
- * objects is a 64-byte list's cap): each went to the central cache under the class's lock,
- * which the owner's fills take too, and the next few lists after it went there unsorted, so the
- * consumers slept on that lock (58% of their context switches, `perf record -e
- * sched:sched_switch --call-graph dwarf`). Past it for long runs: 64.8M, 66.5M and 46.7M
- * frees/s at 2, 4 and 8 pairs against 46.6M, 40.5M and 32.4M, the rest level (`scripts/bench-ab.sh
- * --reps 7 --rows xmalloc1,xmalloc2,xmalloc4,xmalloc8,xthr2,larson2,mstress2,rpm1,rpm2,larson8,
+ * (CM_REMOTE_MAILBOX_BYTES), when the chain's runs are long (CM_RUN_LONG objects on average, in a
+ * class whose runs carry headers; a plain chain has none), else a list's worth. An owner's take
+ * that does not fit its list gives the runs back to their spans by their headers (take_mailbox):
+ * cheap when they are long, one cold line a run when they are short, which a list's worth never
+ * costs, as a mailbox that small becomes the list as it is. Held to a list's worth always,
+ * xmalloc_bench at 2 and 4 pairs found the owner's mailbox full on 14% and 32% of its posts (a
+ * batch of 4,096 objects is a 64-byte list's cap): each went to the central cache under the
+ * class's lock, which the owner's fills take too, and the next few lists after it went there
+ * unsorted, so the consumers slept on that lock (58% of their context switches, `perf record -e
+ * sched:sched_switch --call-graph dwarf`). Past it for long runs: 64.8M, 66.5M and 46.7M frees/s
+ * at 2, 4 and 8 pairs against 46.6M, 40.5M and 32.4M, the rest level (`scripts/bench-ab.sh --reps
+ * 7 --rows xmalloc1,xmalloc2,xmalloc4,xmalloc8,xthr2,larson2,mstress2,rpm1,rpm2,larson8,
  * mstress8,rpm8,churn8`; xmalloc1 and larson2 again over 11 runs: 82.4M and 73.4M against 80.3M
  * and 71.6M). */
 static uint32_t mailbox_most(unsigned size_class, const cm_remote_chain *chain)
