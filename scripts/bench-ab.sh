@@ -14,6 +14,8 @@
 #   churn1              thread churn, one thread at a time
 #   pool16 pool8 pool24 pool8r pool24r   the pool rows through malloc: 1M x 16 B, 512k x 8 B
 #                       and x 24 B freed in allocation order, and the last two in random order
+#   pool8r4m pool24r4m  the random ones with 4M objects (64 and 128 MiB of blocks, past the
+#                       L3 as the full matrix's pool rows are when other work contends for it)
 # Default rows: the first seven; default 5 repetitions of 0.3 s. A figure from it is the
 # command line that printed it; compare only libraries of one run (docs/DESIGN.md says why).
 # Needs build/bench (make bench, or make build/bench/<program>).
@@ -46,6 +48,9 @@ row_command() {
     pool16) echo "build/bench/pool_bench --count 1000000 --size 16 --free-order fifo" ;;
     pool8 | pool24) echo "build/bench/pool_bench --count 524288 --size ${1#pool} --free-order fifo" ;;
     pool8r | pool24r) echo "build/bench/pool_bench --count 524288 --size ${1:4:-1} --free-order random" ;;
+    pool8r4m | pool24r4m) # five rounds: one is half a second
+        echo "build/bench/pool_bench --count 4194304 --size ${1:4:-3}" \
+            "--free-order random --rounds 5" ;;
     *) echo "bench-ab: unknown row $1 (--help)" >&2; return 2 ;;
     esac
 }
