@@ -230,6 +230,11 @@ void cm_central_fork(int phase);
 unsigned cm_remote_open(unsigned parked);
 void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *object,
                          uintptr_t span_key);
+/* Whether chain's runs hold CM_RUN_LONG objects or more on average (a plain chain has none). */
+static inline bool cm_remote_chain_runs_long(const cm_remote_chain *chain)
+{
+    return !chain->plain && chain->count >= (uint64_t)CM_RUN_LONG * chain->runs;
+}
 #define CM_REMOTE_COUNT_MOST 0x7fffu /* the most objects a mailbox word counts (15 bits) */
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
 bool cm_remote_runs_long(unsigned size_class, void *list, uint32_t count);

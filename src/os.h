@@ -17,7 +17,6 @@
 #define CM_COLD         __attribute__((cold, noinline))
 #define CM_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
 #define CM_EXPORT       __attribute__((visibility("default")))
-#define CM_LINE_ALIGNED __attribute__((aligned(64))) /* a function that starts a cache line */
 
 /* Debug builds (-DCM_DEBUG, `make debug-test`): CM_ASSERT checks an invariant and aborts with
  * its text; the slow paths also walk the whole heap (cm_heap_check) every CM_DEBUG_WALK_EVERY

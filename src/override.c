@@ -36,6 +36,7 @@ static bool is_power_of_two(size_t x)
 
 /* malloc and free start on a cache line: otherwise where their hot paths fall across lines
  * shifts with every change to the rest of the library, and the benchmarks with it. */
+#define CM_LINE_ALIGNED __attribute__((aligned(CM_CACHE_LINE)))
 CM_EXPORT CM_LINE_ALIGNED void *CM_ENTRY(malloc)(size_t size)
 {
     return cm_alloc(size);

@@ -25,7 +25,8 @@
  * at almost every object, and its outbox's runs were a slow path for every free (88
  * instructions a call under the order book's pipeline, `valgrind --tool=callgrind
  * --trace-children=yes env LD_PRELOAD=build/libcmalloc.so build/orderbook replay ORDERS
- * --pipeline`), for an owner that takes such a mailbox as a list anyway. So an outbox whose
+ * --pipeline`, ORDERS from `build/orderbook gen --messages 500000 --seed 1`), for an owner
+ * that takes such a mailbox as a list anyway. So an outbox whose
  * post held short runs (fewer than CM_RUN_LONG objects a run on average) gathers its next
  * CM_PLAIN_POSTS posts as plain chains (thread_cache.c, "outboxes"), with no runs and no
  * headers, and measures its runs again after. A plain post sets its word's plain bit, which

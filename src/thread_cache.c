@@ -116,8 +116,7 @@ static uint32_t list_cap(unsigned size_class)
  * and 71.6M). */
 static uint32_t mailbox_most(unsigned size_class, const cm_remote_chain *chain)
 {
-    bool long_runs = cm_class_has_run_headers(size_class) && !chain->plain &&
-                     chain->count >= (uint64_t)CM_RUN_LONG * chain->runs;
+    bool long_runs = cm_class_has_run_headers(size_class) && cm_remote_chain_runs_long(chain);
     return long_runs ? CM_REMOTE_COUNT_MOST : list_cap(size_class);
 }
 
@@ -391,7 +390,7 @@ static void outbox_post(cm_thread_cache *cache, unsigned size_class)
     if (chain->plain)
         box->plain_posts--;
     else if (chain->count > 0)
-        box->plain_posts = chain->count < (uint64_t)CM_RUN_LONG * chain->runs ? CM_PLAIN_POSTS : 0;
+        box->plain_posts = cm_remote_chain_runs_long(chain) ? 0 : CM_PLAIN_POSTS;
     if (box->chain.count > 0 &&
         !cm_remote_post(cache->outbox_slot[size_class], size_class, &box->chain,
                         mailbox_most(size_class, &box->chain))) {
@@ -418,9 +417,8 @@ static void outbox_collect_for(cm_thread_cache *cache, unsigned size_class, unsi
 
 /* The fast path's outbox push could not be made (cm_free_to_outbox): object (of span, of
  * size_class, not marked) starts a new run or a new chain, or the outbox is full and is posted
- * first. When
- * that post is refused, object goes the way of a full list's free. Whatever may wait on a lock
- * comes before the object is marked, as in cm_thread_cache_free_slow. */
+ * first. When that post is refused, object goes the way of a full list's free. Whatever may
+ * wait on a lock comes before the object is marked, as in cm_thread_cache_free_slow. */
 void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned size_class)
 {
     cm_thread_cache *cache = cm_thread_cache_current;

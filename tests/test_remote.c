@@ -1054,6 +1054,7 @@ typedef struct {
     bool collecting;    /* its outbox collected for owner when it was done */
     bool valid;         /* cm_heap_check held after every hundredth free */
     bool plain_seen;    /* its outbox gathered a plain chain (remote.c, "plain posts") */
+    void **scattered;   /* free_scattered's blocks (to of them), freed in no order */
 } outbox_note;
 
 static void *free_into_outbox(void *arg)
@@ -1104,15 +1105,15 @@ static void a_consumer_posts_its_outbox_to_the_owner(void **state)
  * by the fast path without a run cut at every block. The mailbox says so (its owner then takes
  * it as a list: it has no headers), the heap checks hold throughout, and every block arrives,
  * once. */
-#define SCATTER_STRIDE 1009 /* coprime with OUTBOX_BLOCKS: each block once, spans apart */
+#define SCATTER_STRIDE 1009 /* coprime with every count freed: each block once, spans apart */
 
-static void *free_scattered_into_outbox(void *arg)
+static void *free_scattered(void *arg)
 {
     outbox_note *n = arg;
     unsigned c = cm_size_class(OUTBOX_SIZE);
     n->valid = true;
-    for (int i = 0; i < OUTBOX_BLOCKS; i++) {
-        free(outbox_blocks[(size_t)i * SCATTER_STRIDE % OUTBOX_BLOCKS]);
+    for (int i = 0; i < n->to; i++) {
+        free(n->scattered[(size_t)i * SCATTER_STRIDE % (size_t)n->to]);
         n->plain_seen = n->plain_seen || cm_thread_cache_current->outboxes[c].chain.plain;
         if (i % 100 == 0)
             n->valid = n->valid && cm_heap_check();
@@ -1134,9 +1135,10 @@ static void scattered_frees_go_out_as_plain_chains(void **state)
     size_t before = held_out(c);
     void *keep[4096];
     unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
-    outbox_note note = {.owner = cm_thread_cache_current->slot};
+    outbox_note note = {
+        .owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS, .scattered = outbox_blocks};
     assert_true(note.owner != 0);
-    on_another_thread(free_scattered_into_outbox, &note);
+    on_another_thread(free_scattered, &note);
     assert_true(note.valid);
     assert_true(note.collecting);
     assert_true(note.plain_seen);
@@ -1174,17 +1176,6 @@ static uint32_t list_cap_of_outbox_size(void)
 #define SCATTER_MANY 5003 /* coprime with SCATTER_STRIDE */
 static void *scatter_many[SCATTER_MANY];
 
-static void *free_many_scattered(void *arg)
-{
-    bool *plain_seen = arg;
-    unsigned c = cm_size_class(OUTBOX_SIZE);
-    for (int i = 0; i < SCATTER_MANY; i++) {
-        free(scatter_many[(size_t)i * SCATTER_STRIDE % SCATTER_MANY]);
-        *plain_seen = *plain_seen || cm_thread_cache_current->outboxes[c].chain.plain;
-    }
-    return NULL;
-}
-
 static void a_plain_mailbox_holds_no_more_than_a_list(void **state)
 {
     (void)state;
@@ -1194,18 +1185,19 @@ static void a_plain_mailbox_holds_no_more_than_a_list(void **state)
     size_t before = held_out(c);
     static void *keep[4096];
     unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, scatter_many, SCATTER_MANY, keep);
-    bool plain_seen = false;
-    on_another_thread(free_many_scattered, &plain_seen);
-    assert_true(plain_seen);
+    outbox_note note = {
+        .owner = cm_thread_cache_current->slot, .to = SCATTER_MANY, .scattered = scatter_many};
+    on_another_thread(free_scattered, &note);
+    assert_true(note.plain_seen);
+    assert_true(note.valid);
     uint32_t count;
     bool plain;
-    unsigned slot = cm_thread_cache_current->slot;
-    void *mail = cm_remote_take(slot, c, &count, &plain);
+    void *mail = cm_remote_take(note.owner, c, &count, &plain);
     printf("scattered: %u of %d blocks waited in the owner's mailbox (a list holds %u)\n", count,
            SCATTER_MANY, cap);
     assert_true(plain);
     assert_true(count > 0 && count <= cap);
-    post_back(slot, c, mail, count);
+    post_back(note.owner, c, mail, count);
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
     assert_true(cm_heap_check());
