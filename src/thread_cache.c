@@ -19,8 +19,10 @@
  * pushed by fast paths since a list's last slow path are bounded by its max_length: capacity,
  * the sum of max_length * class size, is held within CM_CAPACITY_PER_BUDGET budgets, so what a
  * cache really holds is never more than that.
- * Thread exit: a pthread key destructor flushes the cache and recycles it. Calls made after
- * that (other libraries' destructors) see thread_state == GONE and go to the central cache.
+ * Thread exit: a pthread key destructor gives back what the cache holds for others and keeps
+ * its lists for the next thread to start (see "stocked caches"), or flushes it whole and
+ * recycles it. Calls made after that (other libraries' destructors) see thread_state == GONE
+ * and go to the central cache.
  * A cache whose thread exited without that destructor (its first allocation came in the last
  * round of key destructors, where glibc no longer looks at new values, or no key could be
  * made) is an orphan: the registry is swept for caches whose thread id has left the process,
@@ -85,9 +87,11 @@ static bool have_exit_key; /* pthread_key_create can fail: all keys taken */
 static void grow(cm_thread_cache *cache, unsigned size_class);
 static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
                       bool keep_own);
+static void send_others_home(cm_thread_cache *cache, unsigned size_class);
 static cm_thread_cache *cache_for_thread(void);
 static bool over_budget(const cm_thread_cache *cache, size_t pending);
 static void scavenge(cm_thread_cache *cache, size_t pending);
+static void halve_lists(cm_thread_cache *cache);
 static bool fits_after_growing(cm_thread_cache *cache, size_t pending);
 
 static uint32_t list_cap(unsigned size_class)
@@ -446,18 +450,24 @@ static bool outbox_valid(const cm_thread_cache *cache, unsigned size_class)
            cm_object_list_valid(size_class, box->chain.top, box->chain.count);
 }
 
-static void release_all(cm_thread_cache *cache)
+/* Everything the cache holds goes back: its local lists, its outboxes and its lists, or with
+ * keep_lists only what other caches own of its lists. */
+static void release_all(cm_thread_cache *cache, bool keep_lists)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         local_give_back_class(cache, size_class);
-        release_objects(cache, size_class, cm_free_list_length(&cache->lists[size_class]), false);
+        if (keep_lists)
+            send_others_home(cache, size_class);
+        else
+            release_objects(cache, size_class, cm_free_list_length(&cache->lists[size_class]),
+                            false);
         outbox_collect_for(cache, size_class, CM_NO_OWN_SLOT);
         publish(cache, size_class);
     }
 }
 
-/* Takes a cache off the registry and gives its budget back; it goes on the list *to. */
-static void unregister_to(cm_thread_cache *cache, cm_thread_cache **to)
+/* Takes a cache off the registry; it goes on the list *to. */
+static void unlink_registered(cm_thread_cache *cache, cm_thread_cache **to)
 {
     if (sweep_next == cache)
         sweep_next = cache->next;
@@ -471,6 +481,12 @@ static void unregister_to(cm_thread_cache *cache, cm_thread_cache **to)
     *to = cache;
     cache->registration = 0;
     live_caches--;
+}
+
+/* Takes a cache off the registry and gives its budget back; it goes on the list *to. */
+static void unregister_to(cm_thread_cache *cache, cm_thread_cache **to)
+{
+    unlink_registered(cache, to);
     atomic_fetch_add(&unclaimed_budget, (int64_t)cache->max_size);
 }
 
@@ -582,9 +598,12 @@ static unsigned unpark_slot(unsigned wanted, bool newest_else)
     return slot;
 }
 
-/* The slot owning what the cache has freed so far (0: nothing, or no owner). */
+/* The slot owning what the cache has freed so far (0: nothing, or no owner): what its thread
+ * freed first, or else its lists' (a stocked cache's are its last thread's). */
 static unsigned slot_freed_into(const cm_thread_cache *cache)
 {
+    if (cache->first_freed_owner != 0)
+        return cache->first_freed_owner;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
         if (cache->lists[size_class].head != NULL)
             return cm_pagemap_owner(cache->lists[size_class].head);
@@ -679,6 +698,58 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
  * overflows. A list that was mostly the thread's own objects has the next CM_UNSORTED_LISTS
  * of the class go to the central cache whole, unsorted: a thread that frees what it allocates
  * (larson, the rpmalloc-style row) does not pay the sort's pagemap reads on every list. */
+/* Posts the objects of a NULL-terminated list of size_class that spans of other live caches
+ * own to their owners, a chain of runs each (up to CM_REMOTE_DESTINATIONS of them); returns
+ * the rest (the cache's own, those of no owner and those a post refused), *kept of them, the
+ * last in *kept_last. *most_to: the owner that took more than half of count, if one did. */
+static void *post_others(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
+                         uint32_t *kept, void **kept_last, unsigned *most_to)
+{
+    struct {
+        cm_remote_chain chain;
+        unsigned slot; /* 0 while unused */
+    } homes[CM_REMOTE_DESTINATIONS] = {0};
+    void *rest = NULL, *rest_last = NULL;
+    uint32_t rest_count = 0;
+    while (list != NULL) {
+        void *object = list;
+        list = cm_link_next_checked(object);
+        unsigned owner = cm_pagemap_owner(object), i = 0;
+        while (i < CM_REMOTE_DESTINATIONS && homes[i].slot != owner && homes[i].slot != 0)
+            i++;
+        if (owner == 0 || owner == cache->slot || i == CM_REMOTE_DESTINATIONS) {
+            if (rest_last != NULL) /* in the list's order: a kept list stays in it */
+                cm_link_relink(rest_last, object);
+            else
+                rest = object;
+            rest_last = object;
+            rest_count++;
+            continue;
+        }
+        homes[i].slot = owner;
+        cm_remote_chain_add(&homes[i].chain, size_class, object, cm_pagemap_span_page(object));
+    }
+    if (rest_last != NULL)
+        cm_link_relink(rest_last, NULL);
+    *most_to = CM_NO_OWN_SLOT;
+    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && homes[i].slot != 0; i++) {
+        cm_remote_chain *chain = &homes[i].chain;
+        if (!cm_remote_post(homes[i].slot, size_class, chain, mailbox_most(size_class, chain))) {
+            cm_link_relink(chain->bottom_last, rest); /* its owner is gone or has enough */
+            if (rest == NULL)
+                rest_last = chain->bottom_last;
+            rest = chain->top;
+            rest_count += chain->count;
+        } else if (2 * chain->count > count) {
+            *most_to = homes[i].slot;
+        }
+    }
+    CM_ASSERT(rest_count <= count);
+    *kept = rest_count;
+    *kept_last = rest_last;
+    return rest;
+}
+
 static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
                       bool keep_own)
 {
@@ -687,43 +758,10 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
         cm_central_flush(size_class, list, count);
         return;
     }
-    struct {
-        cm_remote_chain chain;
-        unsigned slot; /* 0 while unused */
-    } homes[CM_REMOTE_DESTINATIONS] = {0};
-    void *central = NULL, *central_last = NULL;
-    uint32_t kept = 0;
-    while (list != NULL) {
-        void *object = list;
-        list = cm_link_next_checked(object);
-        unsigned owner = cm_pagemap_owner(object), i = 0;
-        while (i < CM_REMOTE_DESTINATIONS && homes[i].slot != owner && homes[i].slot != 0)
-            i++;
-        if (owner == 0 || owner == cache->slot || i == CM_REMOTE_DESTINATIONS) {
-            cm_link_relink(object, central);
-            if (central == NULL)
-                central_last = object;
-            central = object;
-            kept++;
-            continue;
-        }
-        homes[i].slot = owner;
-        cm_remote_chain_add(&homes[i].chain, size_class, object, cm_pagemap_span_page(object));
-    }
-    unsigned most_to = CM_NO_OWN_SLOT; /* the owner that took most of the list */
-    for (unsigned i = 0; i < CM_REMOTE_DESTINATIONS && homes[i].slot != 0; i++) {
-        cm_remote_chain *chain = &homes[i].chain;
-        if (!cm_remote_post(homes[i].slot, size_class, chain, mailbox_most(size_class, chain))) {
-            cm_link_relink(chain->bottom_last, central); /* its owner is gone or has enough */
-            if (central == NULL)
-                central_last = chain->bottom_last;
-            central = chain->top;
-            kept += chain->count;
-        } else if (2 * chain->count > count) {
-            most_to = homes[i].slot;
-        }
-    }
-    CM_ASSERT(kept <= count);
+    uint32_t kept;
+    void *central_last;
+    unsigned most_to; /* the owner that took most of the list */
+    void *central = post_others(cache, size_class, list, count, &kept, &central_last, &most_to);
     if (2 * kept > count) /* mostly its own, no live owner's or refused: next few unsorted */
         cache->unsorted[size_class] = CM_UNSORTED_LISTS;
     if (2 * kept > count || most_to != CM_NO_OWN_SLOT) /* "outboxes" above */
@@ -740,6 +778,25 @@ static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, u
     }
     if (kept > 0)
         cm_central_flush(size_class, central, kept);
+}
+
+/* A list kept (stocked caches) whose head is of another owner's span sends home what other
+ * live caches own, and keeps the rest. A list headed by the cache's own object or one of no
+ * owner is kept as it is, unwalked: what others own further down waits with it, until the
+ * next thread takes it or the stock gives it back. */
+static void send_others_home(cm_thread_cache *cache, unsigned size_class)
+{
+    cm_free_list *list = &cache->lists[size_class];
+    uint32_t count = cm_free_list_length(list), kept;
+    void *last;
+    unsigned most_to;
+    if (count == 0)
+        return;
+    unsigned head_owner = cm_pagemap_owner(list->head);
+    if (head_owner == 0 || head_owner == cache->slot)
+        return;
+    list->head = post_others(cache, size_class, list->head, count, &kept, &last, &most_to);
+    list->room += (int32_t)(count - kept);
 }
 
 static bool remote_valid(cm_thread_cache *cache)
@@ -783,15 +840,111 @@ static bool take_left_behind_remote(void *object, unsigned size_class)
         object, size_class, thread_state == THREAD_LIVE ? cm_thread_cache_current->slot : 0);
 }
 
+/* ---- stocked caches: an exited thread's lists, for the next thread to start with ----------
+ * A thread that replaces one that exited (a pool that resizes, a thread per request, a test
+ * runner) allocates much as its predecessor did: it would fill each class's list again from
+ * the central cache, one object more per miss (slow start), while the predecessor's exit had
+ * just walked the same objects back there under each class's lock. So an exiting thread gives
+ * back its local lists, outboxes and mailboxes and parks its slot as before, sends home the
+ * lists headed by another owner's objects (send_others_home), and keeps the rest of its lists,
+ * halved until they hold at most CM_STOCKED_BYTES: the cache is stocked (at most
+ * CM_STOCKED_CACHES of them, newest first, under registry_lock; past that it is flushed), and
+ * the next cache created is the newest stocked one, lists, budget and all. Its slot it opens as
+ * a new cache does, on a miss: the parked one that owns what its thread freed first, or else
+ * what its lists hold (its last thread's). A stocked cache unused for a release delay (looked
+ * at when a cache is created and with the parked slots, on allocation misses), one whose
+ * budget is over CMALLOC_THREAD_CACHE_MAX, and every one at cmalloc_release, gives its lists
+ * back and becomes a spare. Its objects stay marked free and count as used in their spans, as
+ * on a live list; stats count them with the thread caches; the budget stays claimed. Stocked
+ * caches are whole and untouched outside registry_lock: a forked child keeps them as they
+ * are. */
+static cm_thread_cache *stocked;       /* newest first, linked through next */
+static _Atomic unsigned stocked_count; /* written under registry_lock */
+
+/* Caller holds registry_lock. False when the stock is full. */
+static bool stock_locked(cm_thread_cache *cache, uint64_t now)
+{
+    unsigned count = atomic_load_explicit(&stocked_count, memory_order_relaxed);
+    if (count == CM_STOCKED_CACHES)
+        return false;
+    unlink_registered(cache, &stocked);
+    cache->stocked_ms = now;
+    atomic_store_explicit(&stocked_count, count + 1, memory_order_relaxed);
+    return true;
+}
+
+/* Gives back the lists of the caches stocked longer than a release delay (every one: all),
+ * which become spares; cheap when none is stocked. */
+static void release_stock(uint64_t now, bool all)
+{
+    if (atomic_load_explicit(&stocked_count, memory_order_relaxed) == 0)
+        return;
+    bool by_age = cm_option.release_delay_ms >= 0;
+    cm_lock_acquire(&registry_lock);
+    cm_thread_cache **at = &stocked;
+    while (*at != NULL) {
+        cm_thread_cache *cache = *at;
+        if (!all && (!by_age || now - cache->stocked_ms < (uint64_t)cm_option.release_delay_ms)) {
+            at = &cache->next;
+            continue;
+        }
+        *at = cache->next;
+        atomic_store_explicit(&stocked_count,
+                              atomic_load_explicit(&stocked_count, memory_order_relaxed) - 1,
+                              memory_order_relaxed);
+        release_all(cache, false);
+        cache->next = spare_caches;
+        spare_caches = cache;
+        atomic_fetch_add(&unclaimed_budget, (int64_t)cache->max_size);
+    }
+    cm_lock_release(&registry_lock);
+}
+
+/* The stock holds stocked_count caches, each unregistered, with no slot, local list or
+ * outbox, and within CM_STOCKED_BYTES. */
+static bool stock_valid(void)
+{
+    unsigned count = 0;
+    bool valid = true;
+    cm_lock_acquire(&registry_lock);
+    for (const cm_thread_cache *cache = stocked; cache != NULL && valid; cache = cache->next)
+        valid = ++count <= CM_STOCKED_CACHES && cache->registration == 0 && cache->slot == 0 &&
+                cache->local_published == 0 && cache->published_size <= CM_STOCKED_BYTES;
+    valid = valid && count == atomic_load_explicit(&stocked_count, memory_order_relaxed);
+    cm_lock_release(&registry_lock);
+    return valid;
+}
+
+/* Bytes on the stocked caches' lists; caller holds registry_lock. */
+static size_t stocked_bytes_locked(void)
+{
+    size_t bytes = 0;
+    for (const cm_thread_cache *cache = stocked; cache != NULL; cache = cache->next)
+        bytes += cache->published_size;
+    return bytes;
+}
+
 static void thread_exit(void *arg)
 {
     cm_thread_cache *cache = arg;
     cm_thread_cache_current = &empty_cache;
     thread_state = THREAD_GONE;
-    release_all(cache);
+    release_all(cache, true); /* publishes every list: published_size is exact */
+    bool keep = atomic_load_explicit(&stocked_count, memory_order_relaxed) < CM_STOCKED_CACHES;
+    if (keep && over_budget(cache, 0)) /* the fast paths' pushes since the last slow path */
+        scavenge(cache, 0);
+    while (keep && cache->published_size > CM_STOCKED_BYTES)
+        halve_lists(cache);
+    if (!keep)
+        release_all(cache, false);
     abandon(cache);
+    uint64_t now = cm_os_now_ms();
     cm_lock_acquire(&registry_lock);
-    unregister(cache);
+    if (!keep || !stock_locked(cache, now)) {
+        if (keep) /* the stock filled up meanwhile */
+            release_all(cache, false);
+        unregister(cache);
+    }
     cm_lock_release(&registry_lock);
 }
 
@@ -824,7 +977,7 @@ static void sweep_orphans(size_t count)
             continue;
         cm_lock_acquire(&registry_lock);
         if (cache->registration == registration) { /* caches are never unmapped: safe to read */
-            release_all(cache);
+            release_all(cache, false);
             abandon(cache);
             unregister(cache);
         }
@@ -835,27 +988,52 @@ static void sweep_orphans(size_t count)
 static CM_NOINLINE cm_thread_cache *create(void)
 {
     sweep_orphans(CM_SWEEP_PER_CREATE);
+    if (atomic_load_explicit(&stocked_count, memory_order_relaxed) > 0)
+        release_stock(cm_os_now_ms(), false); /* a stale one is not taken */
     cm_lock_acquire(&registry_lock);
-    cm_thread_cache *cache = spare_caches;
-    if (cache != NULL)
+    cm_thread_cache *cache = stocked;
+    bool warm = cache != NULL;
+    if (warm) {
+        stocked = cache->next;
+        atomic_store_explicit(&stocked_count,
+                              atomic_load_explicit(&stocked_count, memory_order_relaxed) - 1,
+                              memory_order_relaxed);
+        if (cache->max_size > cm_option.thread_cache_max) { /* the option was lowered since */
+            release_all(cache, false);
+            atomic_fetch_add(&unclaimed_budget, (int64_t)cache->max_size);
+            warm = false;
+        }
+    } else if ((cache = spare_caches) != NULL) {
         spare_caches = cache->next;
-    cm_lock_release(&registry_lock);
-    if (cache == NULL && (cache = cm_metadata_alloc(sizeof *cache)) == NULL)
-        return NULL;
-    memset(cache, 0, sizeof *cache);
-    cache->own_slot = CM_NO_OWN_SLOT;
-    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
-        cache->lists[size_class].start_magic = cm_classes[size_class].divisor_magic;
-        cache->lists[size_class].start_limit = cm_classes[size_class].start_limit;
-        cache->outbox_slot[size_class] = CM_NO_OWN_SLOT;
     }
-    cache->max_size = CM_THREAD_START_BUDGET;
+    cm_lock_release(&registry_lock);
+    if (warm) {
+        /* Its lists, their sizes and its budget stay; its exit left no slot, local list or
+         * outbox. What follows is the state of a thread's start. */
+        cache->slot_misses = 0;
+        cache->first_freed_owner = 0;
+        cache->idle_check_ms = 0;
+        memset(cache->idle_head, 0, sizeof cache->idle_head);
+        memset(cache->unsorted, 0, sizeof cache->unsorted);
+    } else {
+        if (cache == NULL && (cache = cm_metadata_alloc(sizeof *cache)) == NULL)
+            return NULL;
+        memset(cache, 0, sizeof *cache);
+        cache->own_slot = CM_NO_OWN_SLOT;
+        for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+            cache->lists[size_class].start_magic = cm_classes[size_class].divisor_magic;
+            cache->lists[size_class].start_limit = cm_classes[size_class].start_limit;
+            cache->outbox_slot[size_class] = CM_NO_OWN_SLOT;
+        }
+        cache->max_size = CM_THREAD_START_BUDGET;
+        atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
+    }
     cache->owner_tid = cm_os_thread_id();
     cache->owner_pid = cm_os_process_id();
-    atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
 
     cm_lock_acquire(&registry_lock);
     cache->registration = ++registrations;
+    cache->prev = NULL; /* a stocked cache was registered before */
     cache->next = registry;
     if (registry)
         registry->prev = cache;
@@ -903,20 +1081,24 @@ static bool fits_after_growing(cm_thread_cache *cache, size_t pending)
 /* Over budget (with pending bytes to come): first try to grow the budget, else halve every
  * list's max_length and give back what no longer fits, until the pending bytes fit or every
  * list is down to nothing. Works on the calling thread's live cache. */
+static void halve_lists(cm_thread_cache *cache)
+{
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        cm_free_list *list = &cache->lists[size_class];
+        uint32_t max_length = list->max_length / 2, length = cm_free_list_length(list);
+        if (length > max_length)
+            release_objects(cache, size_class, length - max_length, false);
+        set_max_length(cache, size_class, max_length);
+        publish(cache, size_class);
+    }
+}
+
 static void scavenge(cm_thread_cache *cache, size_t pending)
 {
     if (fits_after_growing(cache, pending))
         return;
-    while (over_budget(cache, pending) && cache->capacity > 0) {
-        for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
-            cm_free_list *list = &cache->lists[size_class];
-            uint32_t max_length = list->max_length / 2, length = cm_free_list_length(list);
-            if (length > max_length)
-                release_objects(cache, size_class, length - max_length, false);
-            set_max_length(cache, size_class, max_length);
-            publish(cache, size_class);
-        }
-    }
+    while (over_budget(cache, pending) && cache->capacity > 0)
+        halve_lists(cache);
 }
 
 /* What a look records as a list's head when an allocation miss of its class came since: no
@@ -939,6 +1121,7 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
     bool first = cache->idle_check_ms == 0;
     cache->idle_check_ms = now + cm_release_interval_ms();
     share_out_expired(now);
+    release_stock(now, false);
     if (first) /* a new cache's lists are empty, not idle: a parked slot's spans stay its own */
         return;
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
@@ -1016,11 +1199,14 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
  * freeing in pthread_create when another forked (tests/programs/fork_dlopen_tls.c). */
 void cm_thread_cache_free_slow(void *object, unsigned size_class)
 {
+    bool first_call = thread_state == THREAD_NEW;
     cm_thread_cache *cache = cache_for_thread();
     if (cache == NULL) {
         cm_central_give_back(size_class, object);
         return;
     }
+    if (first_call)
+        cache->first_freed_owner = (uint16_t)cm_pagemap_owner(object);
     cm_free_list *list = &cache->lists[size_class];
     if (list->room == 0) {
         const uint32_t batch = cm_classes[size_class].batch, length = cm_free_list_length(list);
@@ -1043,9 +1229,10 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
 void cm_thread_cache_flush_current(void)
 {
     if (thread_state == THREAD_LIVE) {
-        release_all(cm_thread_cache_current);
+        release_all(cm_thread_cache_current, false);
         flush_remote(cm_thread_cache_current);
     }
+    release_stock(0, true);
 }
 
 static size_t held_objects(const cm_thread_cache *cache, unsigned size_class)
@@ -1084,16 +1271,19 @@ size_t cm_thread_cache_bytes(size_t *caches)
                      ? held_bytes(cache) /* our own: exact */
                      : __atomic_load_n(&cache->published_size, __ATOMIC_RELAXED) +
                            __atomic_load_n(&cache->local_published, __ATOMIC_RELAXED);
+    bytes += stocked_bytes_locked();
     *caches = live_caches;
     cm_lock_release(&registry_lock);
     return bytes + mailbox_bytes();
 }
 
-/* Checks the calling thread's cache: each list holds length objects of its class, no more
- * than its max_length, which is within its cap; capacity and the published size add up and are
- * within the budget; the sampling countdown never runs below 0. */
+/* Checks the stock and the calling thread's cache: each list holds length objects of its
+ * class, no more than its max_length, which is within its cap; capacity and the published size
+ * add up and are within the budget; the sampling countdown never runs below 0. */
 bool cm_thread_cache_valid(void)
 {
+    if (!stock_valid())
+        return false;
     if (thread_state != THREAD_LIVE)
         return true;
     cm_thread_cache *cache = cm_thread_cache_current;

@@ -150,6 +150,7 @@ typedef struct cm_thread_cache {
                                      fork's handlers (clone, syscall(SYS_fork)) still has its
                                      parent's, and its caches are never taken for orphans */
     uint64_t registration;        /* its number in the registry while registered, else 0 */
+    uint64_t stocked_ms;          /* while stocked (thread_cache.c): when its thread exited */
     struct cm_thread_cache *next; /* registry of live caches (stats, fork) */
     struct cm_thread_cache *prev;
     uint32_t published_length[CM_CLASSES_MAX]; /* each list's length in published_size */
@@ -159,6 +160,8 @@ typedef struct cm_thread_cache {
     uint32_t slot; /* its mailboxes (remote.c), the owner of the spans it fills from; 0: none */
     uint8_t slot_misses; /* allocation misses without a slot (thread_cache.c's
                             open_slot_on_miss); CM_SLOT_WAIT_MISSES once one was opened */
+    uint16_t first_freed_owner; /* the owner of the object its thread's first call freed
+                                   (0: none, or it allocated first), for open_slot_on_miss */
     uint8_t unsorted[CM_CLASSES_MAX]; /* lists given back whole to the central cache before the
                                          next is sorted by owner (thread_cache.c's send_home) */
     uint16_t own_slot; /* slot while it is nonzero, else CM_NO_OWN_SLOT, which no pagemap owner

@@ -747,6 +747,7 @@ static void a_few_blocks_take_no_span(void **state)
 #define OWNED_SIZE 5000 /* a class no other test here allocates */
 typedef struct {
     void *block;       /* a block of OWNED_SIZE the thread allocated and left live */
+    void *listed;      /* the head of its list of the class as it exited */
     unsigned slot;     /* the thread's mailbox slot */
     kept_blocks kept;  /* the blocks it allocated before (allocate_owned) */
 } owned_note;
@@ -755,6 +756,7 @@ static void *allocate_one_owned(void *arg)
 {
     owned_note *note = arg;
     note->block = allocate_owned(OWNED_SIZE, &note->kept);
+    note->listed = cm_thread_cache_current->lists[cm_size_class(OWNED_SIZE)].head;
     note->slot = cm_thread_cache_current->slot;
     return NULL;
 }
@@ -776,7 +778,8 @@ static void *start_a_cache(void *arg)
 
 /* The span a thread's fill took, with room left, is not another live thread's to fill from
  * (their blocks would share pages). When the thread exits, the next thread to start takes over
- * its slot and spans; once parked a release delay unused, they are anyone's. */
+ * its slot and spans, and its list (a stocked cache); once parked a release delay unused, they
+ * are anyone's. */
 static void a_live_owners_spans_are_its_own(void **state)
 {
     (void)state;
@@ -790,7 +793,8 @@ static void a_live_owners_spans_are_its_own(void **state)
     on_another_thread(allocate_one, &next); /* starts after the first exited */
     assert_int_not_equal(theirs.slot, 0);
     assert_int_equal(next.slot, theirs.slot);
-    assert_ptr_equal(cm_span_of(next.block), cm_span_of(theirs.block));
+    assert_non_null(theirs.listed);
+    assert_ptr_equal(next.block, theirs.listed);
     assert_true(cm_option.release_delay_ms >= 0);
     usleep((useconds_t)(cm_option.release_delay_ms + 100) * 1000);
     on_another_thread(start_a_cache, &late_slot); /* shares the parked slot out */

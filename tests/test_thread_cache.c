@@ -2,8 +2,9 @@
  * one per miss up to the batch), the budget (the bytes counted at slow paths within a budget of
  * at most CMALLOC_THREAD_CACHE_MAX, what the lists may hold within four), cross-thread frees
  * travelling as whole batches, caches given back at thread exit, a free that waits on a lock
- * not marking its object before it has it, lists left unused giving their objects back, and a
- * forked child freeing again what another thread freed before the fork. */
+ * not marking its object before it has it, lists left unused giving their objects back, a
+ * forked child freeing again what another thread freed before the fork, and an exited
+ * thread's lists stocked for the next thread to start with. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,6 +107,7 @@ static void *consumer(void *arg)
     (void)arg;
     for (int i = 0; i < HANDOFF; i++)
         free(handoff[i]);
+    cm_thread_cache_flush_current(); /* an exiting thread may keep its lists (stocked caches) */
     return NULL;
 }
 
@@ -573,6 +575,132 @@ static void idle_lists_give_their_objects_back(void **state)
     cm_option.release_delay_ms = delay;
 }
 
+/* ---- stocked caches: an exited thread's lists for the next thread ------------------------ */
+#define STOCK_SIZE   3000 /* a class no other test here allocates */
+#define STOCK_BLOCKS 8
+static void *stock_listed; /* the head of the list the last leave_a_list left */
+
+static void *leave_a_list(void *arg)
+{
+    (void)arg;
+    void *blocks[STOCK_BLOCKS];
+    for (int i = 0; i < STOCK_BLOCKS; i++)
+        blocks[i] = malloc(STOCK_SIZE);
+    for (int i = 0; i < STOCK_BLOCKS; i++)
+        free(blocks[i]);
+    stock_listed = cm_thread_cache_current->lists[cm_size_class(STOCK_SIZE)].head;
+    CHECK(stock_listed != NULL);
+    return NULL;
+}
+
+static void *take_one(void *arg)
+{
+    *(void **)arg = malloc(STOCK_SIZE);
+    return NULL;
+}
+
+static void *taken_by_next_thread(void)
+{
+    pthread_t thread;
+    void *got = NULL;
+    assert_int_equal(pthread_create(&thread, NULL, take_one, &got), 0);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    assert_non_null(got);
+    return got;
+}
+
+/* A thread that starts after one exited takes its cache, lists and all: its first allocation
+ * of a class is the head of the list the exited thread left, without a fill. */
+static void the_next_thread_starts_with_the_last_ones_lists(void **state)
+{
+    (void)state;
+    cmalloc_release(); /* nothing stocked by the tests before */
+    run_checked(leave_a_list);
+    void *got = taken_by_next_thread();
+    assert_ptr_equal(got, stock_listed);
+    free(got);
+    assert_true(cm_heap_check());
+}
+
+/* A stocked cache gives its lists back after a release delay unused, and at cmalloc_release;
+ * stats count what it holds with the thread caches. */
+static void stocked_lists_go_back_when_stale_or_released(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(STOCK_SIZE);
+    int64_t delay = cm_option.release_delay_ms;
+    cm_option.release_delay_ms = 20;
+    cmalloc_release();
+    run_checked(leave_a_list);
+    cm_os_sleep_ms(60);
+    void *got = taken_by_next_thread();
+    assert_ptr_not_equal(got, stock_listed);
+    free(got);
+    cm_option.release_delay_ms = delay;
+
+    cmalloc_release();
+    cmalloc_stats before, after;
+    cmalloc_stats_get(&before);
+    run_checked(leave_a_list);
+    cmalloc_stats_get(&after);
+    assert_true(after.bytes_thread_caches >= before.bytes_thread_caches + cm_classes[c].size);
+    cmalloc_release();
+    cmalloc_stats_get(&after);
+    assert_true(after.bytes_thread_caches <= before.bytes_thread_caches);
+    got = taken_by_next_thread();
+    assert_ptr_not_equal(got, stock_listed);
+    free(got);
+    assert_true(cm_heap_check());
+}
+
+/* Rounds of threads started together and exiting in any order: every one takes a stocked
+ * cache or a fresh one and leaves its own, the stock stays within CM_STOCKED_CACHES caches of
+ * CM_STOCKED_BYTES, and the registry of live caches stays whole (a cache taken from the stock
+ * once linked itself back in with its old neighbour, and the registry looped). */
+#define CHURN_THREADS 24
+#define CHURN_ROUNDS  40
+static void *churn_thread(void *arg)
+{
+    uintptr_t seed = (uintptr_t)arg;
+    void *blocks[64];
+    for (int i = 0; i < 64; i++) {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        blocks[i] = malloc(16 + (seed >> 33) % 6000);
+        CHECK(blocks[i] != NULL);
+    }
+    for (int i = 0; i < 64; i += 2)
+        free(blocks[i]);
+    for (int i = 1; i < 64; i += 2)
+        free(blocks[i]);
+    CHECK(cm_thread_cache_valid());
+    return NULL;
+}
+
+static void churning_threads_keep_the_stock_bounded(void **state)
+{
+    (void)state;
+    cmalloc_release();
+    cmalloc_stats before, after;
+    cmalloc_stats_get(&before);
+    for (int round = 0; round < CHURN_ROUNDS; round++) {
+        pthread_t threads[CHURN_THREADS];
+        for (uintptr_t i = 0; i < CHURN_THREADS; i++)
+            assert_int_equal(pthread_create(&threads[i], NULL, churn_thread,
+                                            (void *)(round * CHURN_THREADS + i + 1)), 0);
+        for (int i = 0; i < CHURN_THREADS; i++) {
+            void *failure = NULL;
+            assert_int_equal(pthread_join(threads[i], &failure), 0);
+            if (failure)
+                fail_msg("worker check failed: %s", (const char *)failure);
+        }
+        cmalloc_stats_get(&after); /* walks the registry: a looped one never ends */
+        assert_int_equal(after.thread_caches, before.thread_caches);
+        assert_true(after.bytes_thread_caches <=
+                    before.bytes_thread_caches + CM_STOCKED_CACHES * CM_STOCKED_BYTES);
+    }
+    assert_true(cm_heap_check());
+}
+
 int main(void)
 {
     cm_init();
@@ -588,6 +716,9 @@ int main(void)
         cmocka_unit_test(idle_lists_give_their_objects_back),
         cmocka_unit_test(a_child_may_free_again_what_another_thread_freed),
         cmocka_unit_test(local_lists_keep_the_budget),
+        cmocka_unit_test(the_next_thread_starts_with_the_last_ones_lists),
+        cmocka_unit_test(stocked_lists_go_back_when_stale_or_released),
+        cmocka_unit_test(churning_threads_keep_the_stock_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
