@@ -243,10 +243,10 @@ int cm_os_thread_id(void)
 
 /* Whether the thread with kernel id tid is still running in this process. A thread's id
  * leaves the process only once the thread has run its last instruction. */
-bool cm_os_thread_alive(int tid)
+bool cm_os_thread_alive(int pid, int tid)
 {
     ERRNO_KEEP;
-    bool alive = syscall(SYS_tgkill, getpid(), tid, 0) == 0 || errno != ESRCH;
+    bool alive = syscall(SYS_tgkill, pid, tid, 0) == 0 || errno != ESRCH;
     ERRNO_RESTORE;
     return alive;
 }

@@ -65,7 +65,7 @@ int cm_os_cancel_off(void);
 void cm_os_cancel_restore(int previous);
 int cm_os_process_id(void);
 int cm_os_thread_id(void);
-bool cm_os_thread_alive(int tid);
+bool cm_os_thread_alive(int pid, int tid); /* pid: cm_os_process_id() */
 size_t cm_os_mapped_bytes(void);
 bool cm_os_fork(int phase);
 void cm_os_fork_locked(void);

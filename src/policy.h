@@ -94,8 +94,12 @@
  * interleaved). */
 #define CM_CAPACITY_PER_BUDGET 4
 /* Registry entries the orphan sweep looks at per cache created: more than the one orphan a
- * new thread can add, so orphans drain. */
+ * new thread can add, so orphans drain; but only once CM_SWEEP_LIVE_MIN caches are
+ * registered, so fewer orphans than that may wait (until stats are read, which sweeps them
+ * all). Each entry looked at is a system call: with 2 and 3 live caches (a thread started at
+ * a time) a thread's start made two for nothing. */
 #define CM_SWEEP_PER_CREATE    2
+#define CM_SWEEP_LIVE_MIN      8
 
 /* ---- page heap and release (src/page_heap.c, src/central_cache.c, src/background.c) -------- */
 /* The heap grows from the OS in chunks of at least this: few mappings, and the kernel can back

@@ -956,9 +956,8 @@ static void thread_exit(void *arg)
  * recycled only if it still holds the registration it had when it was picked: meanwhile its
  * thread's own destructor may have recycled it and a new thread taken it. A dead thread's
  * lists are safe to walk: nobody touches them any more. Caller holds no lock. */
-static void sweep_orphans(size_t count)
+static void sweep_orphans(int pid, size_t count)
 {
-    int pid = cm_os_process_id();
     for (size_t i = 0; i < count; i++) {
         cm_lock_acquire(&registry_lock);
         cm_thread_cache *cache = sweep_next ? sweep_next : registry;
@@ -973,7 +972,7 @@ static void sweep_orphans(size_t count)
         cm_lock_release(&registry_lock);
         if (cache == NULL)
             return;
-        if (cache == cm_thread_cache_current || owner_pid != pid || cm_os_thread_alive(tid))
+        if (cache == cm_thread_cache_current || owner_pid != pid || cm_os_thread_alive(pid, tid))
             continue;
         cm_lock_acquire(&registry_lock);
         if (cache->registration == registration) { /* caches are never unmapped: safe to read */
@@ -987,7 +986,12 @@ static void sweep_orphans(size_t count)
 
 static CM_NOINLINE cm_thread_cache *create(void)
 {
-    sweep_orphans(CM_SWEEP_PER_CREATE);
+    int pid = cm_os_process_id();
+    cm_lock_acquire(&registry_lock);
+    size_t live = live_caches;
+    cm_lock_release(&registry_lock);
+    if (live >= CM_SWEEP_LIVE_MIN)
+        sweep_orphans(pid, CM_SWEEP_PER_CREATE);
     if (atomic_load_explicit(&stocked_count, memory_order_relaxed) > 0)
         release_stock(cm_os_now_ms(), false); /* a stale one is not taken */
     cm_lock_acquire(&registry_lock);
@@ -1029,7 +1033,7 @@ static CM_NOINLINE cm_thread_cache *create(void)
         atomic_fetch_sub(&unclaimed_budget, (int64_t)CM_THREAD_START_BUDGET);
     }
     cache->owner_tid = cm_os_thread_id();
-    cache->owner_pid = cm_os_process_id();
+    cache->owner_pid = pid;
 
     cm_lock_acquire(&registry_lock);
     cache->registration = ++registrations;
@@ -1264,7 +1268,7 @@ size_t cm_thread_cache_bytes(size_t *caches)
     cm_lock_acquire(&registry_lock);
     size_t live = live_caches;
     cm_lock_release(&registry_lock);
-    sweep_orphans(live);
+    sweep_orphans(cm_os_process_id(), live);
     cm_lock_acquire(&registry_lock);
     for (cm_thread_cache *cache = registry; cache; cache = cache->next)
         bytes += cache == cm_thread_cache_current
