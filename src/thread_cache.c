@@ -691,13 +691,6 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
     return true;
 }
 
-/* What a list gives back (a NULL-terminated list of count objects of size_class) goes home:
- * the objects of spans another live cache owns posted to it, one chain of runs per owner, the
- * rest to the central cache as before. So a remote free costs the freeing thread a push onto
- * its own list, as a local one does, and its share of one compare-and-swap when that list
- * overflows. A list that was mostly the thread's own objects has the next CM_UNSORTED_LISTS
- * of the class go to the central cache whole, unsorted: a thread that frees what it allocates
- * (larson, the rpmalloc-style row) does not pay the sort's pagemap reads on every list. */
 /* Posts the objects of a NULL-terminated list of size_class that spans of other live caches
  * own to their owners, a chain of runs each (up to CM_REMOTE_DESTINATIONS of them); returns
  * the rest (the cache's own, those of no owner and those a post refused), *kept of them, the
@@ -750,6 +743,13 @@ static void *post_others(cm_thread_cache *cache, unsigned size_class, void *list
     return rest;
 }
 
+/* What a list gives back (a NULL-terminated list of count objects of size_class) goes home:
+ * the objects of spans another live cache owns posted to it, one chain of runs per owner, the
+ * rest to the central cache as before. So a remote free costs the freeing thread a push onto
+ * its own list, as a local one does, and its share of one compare-and-swap when that list
+ * overflows. A list that was mostly the thread's own objects has the next CM_UNSORTED_LISTS
+ * of the class go to the central cache whole, unsorted: a thread that frees what it allocates
+ * (larson, the rpmalloc-style row) does not pay the sort's pagemap reads on every list. */
 static void send_home(cm_thread_cache *cache, unsigned size_class, void *list, uint32_t count,
                       bool keep_own)
 {
