@@ -23,7 +23,7 @@ typedef struct cmalloc_stats {
     size_t bytes_released; /* mapped, but given back with madvise: not resident */
     size_t bytes_page_heap_free; /* in free spans of the page heap, still resident */
     size_t bytes_central_cache;  /* in central transfer caches, ready for any thread */
-    size_t bytes_thread_caches;  /* in per-thread caches */
+    size_t bytes_thread_caches;  /* in per-thread caches (and exited threads' kept lists) */
     size_t bytes_metadata;       /* spans, thread caches and pagemap nodes */
     size_t large_allocations;    /* live allocations served by whole spans or mmap */
     size_t thread_caches;        /* live thread caches */
@@ -43,9 +43,9 @@ void cmalloc_stats_print(int fd);
  * allocates. */
 void cmalloc_stats_print_json(int fd);
 
-/* Returns free memory to the OS now: the calling thread's cache, every central cache's spare
- * batches, the profiler's kept sample pages and every idle free span. Returns the number of
- * bytes released. */
+/* Returns free memory to the OS now: the calling thread's cache, the lists exited threads
+ * left for the next ones, every central cache's spare batches, the profiler's kept sample
+ * pages and every idle free span. Returns the number of bytes released. */
 size_t cmalloc_release(void);
 
 /* Heap profile (CMALLOC_PROF=1): writes the sampled live heap to path in the legacy heap-profile
