@@ -873,6 +873,25 @@ static bool stock_locked(cm_thread_cache *cache, uint64_t now)
     return true;
 }
 
+/* Takes the stocked cache at *at off the stock. Caller holds registry_lock. */
+static void unstock_locked(cm_thread_cache **at)
+{
+    *at = (*at)->next;
+    atomic_store_explicit(&stocked_count,
+                          atomic_load_explicit(&stocked_count, memory_order_relaxed) - 1,
+                          memory_order_relaxed);
+}
+
+/* As unstock_locked, and the cache gives its lists and budget back: a blank to start a cache
+ * from. */
+static void unstock_flushed_locked(cm_thread_cache **at)
+{
+    cm_thread_cache *cache = *at;
+    unstock_locked(at);
+    release_all(cache, false);
+    atomic_fetch_add(&unclaimed_budget, (int64_t)cache->max_size);
+}
+
 /* Gives back the lists of the caches stocked longer than a release delay (every one: all),
  * which become spares; cheap when none is stocked. */
 static void release_stock(uint64_t now, bool all)
@@ -888,14 +907,9 @@ static void release_stock(uint64_t now, bool all)
             at = &cache->next;
             continue;
         }
-        *at = cache->next;
-        atomic_store_explicit(&stocked_count,
-                              atomic_load_explicit(&stocked_count, memory_order_relaxed) - 1,
-                              memory_order_relaxed);
-        release_all(cache, false);
+        unstock_flushed_locked(at);
         cache->next = spare_caches;
         spare_caches = cache;
-        atomic_fetch_add(&unclaimed_budget, (int64_t)cache->max_size);
     }
     cm_lock_release(&registry_lock);
 }
@@ -996,17 +1010,11 @@ static CM_NOINLINE cm_thread_cache *create(void)
         release_stock(cm_os_now_ms(), false); /* a stale one is not taken */
     cm_lock_acquire(&registry_lock);
     cm_thread_cache *cache = stocked;
-    bool warm = cache != NULL;
+    bool warm = cache != NULL && cache->max_size <= cm_option.thread_cache_max;
     if (warm) {
-        stocked = cache->next;
-        atomic_store_explicit(&stocked_count,
-                              atomic_load_explicit(&stocked_count, memory_order_relaxed) - 1,
-                              memory_order_relaxed);
-        if (cache->max_size > cm_option.thread_cache_max) { /* the option was lowered since */
-            release_all(cache, false);
-            atomic_fetch_add(&unclaimed_budget, (int64_t)cache->max_size);
-            warm = false;
-        }
+        unstock_locked(&stocked);
+    } else if (cache != NULL) { /* its budget is over the option, lowered since */
+        unstock_flushed_locked(&stocked);
     } else if ((cache = spare_caches) != NULL) {
         spare_caches = cache->next;
     }
