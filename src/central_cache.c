@@ -350,6 +350,24 @@ static uint32_t carve_count(const cm_span *span, const cm_class_info *info, uint
     return (uint32_t)(bytes / info->size);
 }
 
+/* Carving writes the links of never-used objects, page after page of a span: where the page
+ * heap cut the span from pages given back to the OS (span->released), those pages are faulted
+ * in with one call (os.c's cm_os_populate) instead of a fault each as the links land. Only the
+ * pages the links write to (and, for objects above a page, the pages between them): what the
+ * carving would fault in anyway. */
+static void populate_carved(const cm_span *span, const cm_class_info *info, uint32_t carve)
+{
+    const uintptr_t page = CM_SYSTEM_PAGE, link_bytes = 2 * sizeof(uintptr_t);
+    uintptr_t bump = (uintptr_t)span->bump, touched = bump;
+    if (bump != (uintptr_t)cm_span_start(span))
+        touched = bump - info->size + link_bytes; /* the end of the last carved link */
+    uintptr_t start = (touched + page - 1) & ~(page - 1);
+    uintptr_t end = (bump + (uintptr_t)(carve - 1) * info->size + link_bytes + page - 1) &
+                    ~(page - 1);
+    if (end > start)
+        cm_os_populate((void *)start, end - start);
+}
+
 /* Moves want objects of span onto *list (fewer when it runs out, a few more to end a pair of
  * cache lines); returns how many. Given-back objects come first, cut off the span's list as a
  * run: read but not rewritten, as they carry their links and marks already, and not even read
@@ -388,6 +406,8 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
      * `alloc_bench --mode=window ... --sharing` counts such neighbours, README "Benchmarks").
      * At most 7 more objects (16-byte objects, 128 bytes). */
     uint32_t carve = carve_count(span, info, taken < want ? want - taken : 0);
+    if (span->released && carve > 0)
+        populate_carved(span, info, carve);
     *list = cm_link_carved(span->bump, info->size, carve, *list);
     span->bump += (size_t)carve * info->size;
     taken += carve;

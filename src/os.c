@@ -30,10 +30,16 @@
 #endif
 
 static _Atomic size_t mapped_bytes;
+static _Atomic size_t populated_bytes; /* asked of cm_os_populate (whatever the kernel did) */
 
 size_t cm_os_mapped_bytes(void)
 {
     return atomic_load_explicit(&mapped_bytes, memory_order_relaxed);
+}
+
+size_t cm_os_populated_bytes(void)
+{
+    return atomic_load_explicit(&populated_bytes, memory_order_relaxed);
 }
 
 /* Brackets a system call that may set errno: ERRNO_KEEP at the top, ERRNO_RESTORE on the way out.
@@ -92,6 +98,27 @@ void cm_os_release(void *address, size_t size)
     ERRNO_KEEP;
     madvise(address, size, MADV_DONTNEED);
     ERRNO_RESTORE;
+}
+
+/* Faults in [address, address + size) for writing with one system call (MADV_POPULATE_WRITE,
+ * Linux 5.14) where writing to it would take a fault a page: 9.4 us a page by faults against
+ * 6.6 us for a single page and 4.8 us a page for 16 by the call, on the VMs the committed
+ * matrix ran on (`build/bench/fault_cost`). What the call cannot do (an older kernel: EINVAL,
+ * asked once; no memory: the writes then fault as they would have) changes nothing. */
+void cm_os_populate(void *address, size_t size)
+{
+    atomic_fetch_add_explicit(&populated_bytes, size, memory_order_relaxed);
+#ifdef MADV_POPULATE_WRITE
+    static _Atomic bool unsupported;
+    if (atomic_load_explicit(&unsupported, memory_order_relaxed))
+        return;
+    ERRNO_KEEP;
+    if (madvise(address, size, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+        atomic_store_explicit(&unsupported, true, memory_order_relaxed);
+    ERRNO_RESTORE;
+#else
+    (void)address;
+#endif
 }
 
 /* Reserves size bytes of address space with no access (guard.c's slot pool): nothing resident

@@ -41,6 +41,7 @@ void *cm_os_map(size_t size);
 void *cm_os_map_aligned(size_t size, size_t alignment);
 void cm_os_unmap(void *address, size_t size);
 void cm_os_release(void *address, size_t size);
+void cm_os_populate(void *address, size_t size);
 void *cm_os_reserve(size_t size);
 bool cm_os_separate(void *address, size_t size);
 bool cm_os_guard_pages(void *address, size_t size);
@@ -67,6 +68,7 @@ int cm_os_process_id(void);
 int cm_os_thread_id(void);
 bool cm_os_thread_alive(int pid, int tid); /* pid: cm_os_process_id() */
 size_t cm_os_mapped_bytes(void);
+size_t cm_os_populated_bytes(void);
 bool cm_os_fork(int phase);
 void cm_os_fork_locked(void);
 void cm_lock_acquire(cm_lock *lock);

@@ -280,7 +280,8 @@ static cm_span *allocate(size_t pages, size_t align_pages, unsigned size_class, 
         }
     }
     if (span != NULL) {
-        span->released = 0;
+        /* A SMALL span keeps it: its carving faults its pages in (central_cache.c) */
+        span->released = size_class != 0 && span->released;
         span->size_class = (uint8_t)size_class;
         if (size_class != 0) {
             span->state = CM_SPAN_SMALL;

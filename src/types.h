@@ -70,7 +70,9 @@ typedef struct cm_span {
     char *limit;           /* SMALL: end of the last whole object */
     uint8_t size_class;    /* SMALL: its class; 0 for every other state */
     uint8_t state;         /* CM_SPAN_* */
-    uint8_t released;      /* FREE: pages were given back to the OS (madvise) */
+    uint8_t released;      /* FREE: pages were given back to the OS (madvise); SMALL: they
+                              were when it was cut, so its pages past the bump pointer's are
+                              not resident */
     uint8_t listed;        /* SMALL: on its central cache's list of spans with room */
     uint16_t listed_owner; /* SMALL, listed: the slot whose list it is on (0: the class's
                               shared list) */

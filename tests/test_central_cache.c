@@ -1,5 +1,6 @@
 /* test_central_cache.c - the central cache: fills hand out distinct objects of the class from
- * SMALL spans, carving on to a 128-byte boundary, a flushed full batch comes back whole from
+ * SMALL spans, carving on to a 128-byte boundary (and faulting in with one call the pages of a
+ * span cut from pages given back to the OS), a flushed full batch comes back whole from
  * the transfer cache (no span touched), partial flushes go to spans, and a span whose objects
  * all come back returns to the page heap, a fill takes one span's given-back objects at most;
  * the transfer cache grows past its start only while other threads take its batches. Uses
@@ -71,6 +72,47 @@ static void carving_ends_on_a_false_sharing_boundary(void **state)
         if ((char *)a + size > end)
             end = (char *)a + size;
     assert_int_equal((size_t)(end - start), expected * size); /* the span's first objects */
+    cm_central_flush(c, head, n);
+}
+
+/* The bytes a fill's carving of n objects from a span's start writes links to, in whole
+ * system pages. */
+static size_t link_pages_bytes(unsigned n, size_t size)
+{
+    size_t end = (n - 1) * size + 2 * sizeof(uintptr_t);
+    return (end + CM_SYSTEM_PAGE - 1) & ~(size_t)(CM_SYSTEM_PAGE - 1);
+}
+
+/* Carving a span cut from pages given back to the OS faults in the pages its links go to with
+ * one call (os.c's cm_os_populate), and only those; a span of resident pages is not asked. */
+static void carving_populates_only_pages_given_back(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(2000); /* no test here uses it: its first fill carves a span */
+    const size_t size = cm_classes[c].size;
+    cm_central_drain();
+    size_t cached;
+    assert_int_equal(cm_central_objects_out(c, &cached), 0);
+    cm_page_heap_release(true); /* every free page given back: the span will be cut from them */
+    size_t before = cm_os_populated_bytes();
+    void *head;
+    const unsigned per_span = cm_classes[c].objects; /* a fresh span's fill carves them all */
+    unsigned n = cm_central_fill(c, per_span, &head, 0);
+    assert_true(n == per_span && link_pages_bytes(n, size) > CM_SYSTEM_PAGE);
+    cm_span *span = cm_span_of(head);
+    assert_true(span->released);
+    for (void *a = head; a; a = cm_link_next(a))
+        assert_ptr_equal(cm_span_of(a), span);
+    assert_int_equal(cm_os_populated_bytes() - before, link_pages_bytes(n, size));
+    cm_central_flush(c, head, n); /* less than a batch: to the span, which empties */
+    cm_central_drain();
+    assert_int_equal(cm_central_objects_out(c, &cached), 0);
+
+    before = cm_os_populated_bytes();
+    n = cm_central_fill(c, per_span, &head, 0);
+    span = cm_span_of(head);
+    assert_int_equal(cm_os_populated_bytes() - before,
+                     span->released ? link_pages_bytes(n, size) : 0);
     cm_central_flush(c, head, n);
 }
 
@@ -272,6 +314,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fill_hands_out_distinct_objects),
         cmocka_unit_test(carving_ends_on_a_false_sharing_boundary),
+        cmocka_unit_test(carving_populates_only_pages_given_back),
         cmocka_unit_test(full_batch_round_trips_through_transfer_cache),
         cmocka_unit_test(empty_spans_return_to_the_page_heap),
         cmocka_unit_test(a_fill_takes_one_span_of_given_back_objects),
