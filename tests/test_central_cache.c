@@ -50,16 +50,24 @@ static void fill_hands_out_distinct_objects(void **state)
     cm_central_flush(c, head, n);
 }
 
+/* The class of request, which no test here uses, with no object out: its first fill carves a
+ * span. */
+static unsigned unused_class(size_t request)
+{
+    unsigned c = cm_size_class(request);
+    cm_central_drain(); /* no ready batches: the fill must come from spans */
+    size_t cached;
+    assert_int_equal(cm_central_objects_out(c, &cached), 0);
+    return c;
+}
+
 /* A fill carves on to a 128-byte boundary: a thread asking for one object gets every object
  * that shares its lines (or its pair of lines), so no two threads write one line. */
 static void carving_ends_on_a_false_sharing_boundary(void **state)
 {
     (void)state;
-    unsigned c = cm_size_class(1040); /* no test here uses it: its first fill carves a span */
+    unsigned c = unused_class(1040);
     const size_t size = cm_classes[c].size;
-    cm_central_drain();
-    size_t cached;
-    assert_int_equal(cm_central_objects_out(c, &cached), 0);
     unsigned expected = 1;
     while ((expected * size) % CM_FALSE_SHARING != 0 && expected < cm_classes[c].objects)
         expected++;
@@ -88,11 +96,8 @@ static size_t link_pages_bytes(unsigned n, size_t size)
 static void carving_populates_only_pages_given_back(void **state)
 {
     (void)state;
-    unsigned c = cm_size_class(2000); /* no test here uses it: its first fill carves a span */
+    unsigned c = unused_class(2000);
     const size_t size = cm_classes[c].size;
-    cm_central_drain();
-    size_t cached;
-    assert_int_equal(cm_central_objects_out(c, &cached), 0);
     cm_page_heap_release(true); /* every free page given back: the span will be cut from them */
     size_t before = cm_os_populated_bytes();
     void *head;
@@ -106,6 +111,7 @@ static void carving_populates_only_pages_given_back(void **state)
     assert_int_equal(cm_os_populated_bytes() - before, link_pages_bytes(n, size));
     cm_central_flush(c, head, n); /* less than a batch: to the span, which empties */
     cm_central_drain();
+    size_t cached;
     assert_int_equal(cm_central_objects_out(c, &cached), 0);
 
     before = cm_os_populated_bytes();
