@@ -103,8 +103,10 @@ void cm_os_release(void *address, size_t size)
 /* Faults in [address, address + size) for writing with one system call (MADV_POPULATE_WRITE,
  * Linux 5.14) where writing to it would take a fault a page: 9.4 us a page by faults against
  * 6.6 us for a single page and 4.8 us a page for 16 by the call, on the VMs the committed
- * matrix ran on (`build/bench/fault_cost`). What the call cannot do (an older kernel: EINVAL,
- * asked once; no memory: the writes then fault as they would have) changes nothing. */
+ * matrix ran on (`build/bench/fault_cost`). What the call cannot do changes nothing: the
+ * writes then fault as they would have. A refusal that will not change (an older kernel's
+ * EINVAL, a sandbox's EPERM or ENOSYS: seccomp filters that allow madvise only for the advice
+ * they know) stops the asking for the process; only a want of memory is asked again. */
 void cm_os_populate(void *address, size_t size)
 {
     atomic_fetch_add_explicit(&populated_bytes, size, memory_order_relaxed);
@@ -113,7 +115,8 @@ void cm_os_populate(void *address, size_t size)
     if (atomic_load_explicit(&unsupported, memory_order_relaxed))
         return;
     ERRNO_KEEP;
-    if (madvise(address, size, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+    if (madvise(address, size, MADV_POPULATE_WRITE) != 0 && errno != ENOMEM && errno != EAGAIN &&
+        errno != EINTR)
         atomic_store_explicit(&unsupported, true, memory_order_relaxed);
     ERRNO_RESTORE;
 #else

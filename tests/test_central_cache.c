@@ -1,16 +1,29 @@
 /* test_central_cache.c - the central cache: fills hand out distinct objects of the class from
  * SMALL spans, carving on to a 128-byte boundary (and faulting in with one call the pages of a
- * span cut from pages given back to the OS), a flushed full batch comes back whole from
- * the transfer cache (no span touched), partial flushes go to spans, and a span whose objects
- * all come back returns to the page heap, a fill takes one span's given-back objects at most;
- * the transfer cache grows past its start only while other threads take its batches. Uses
- * classes the test harness itself never allocates from. */
+ * span cut from pages given back to the OS; a sandbox refusing that call is asked once), a
+ * flushed full batch comes back whole from the transfer cache (no span touched), partial
+ * flushes go to spans, and a span whose objects all come back returns to the page heap, a fill
+ * takes one span's given-back objects at most; the transfer cache grows past its start only
+ * while other threads take its batches. Uses classes the test harness itself never allocates
+ * from. */
+#define _GNU_SOURCE /* REG_RAX */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -120,6 +133,75 @@ static void carving_populates_only_pages_given_back(void **state)
     assert_int_equal(cm_os_populated_bytes() - before,
                      span->released ? link_pages_bytes(n, size) : 0);
     cm_central_flush(c, head, n);
+}
+
+/* ---- a sandbox that refuses MADV_POPULATE_WRITE ---------------------------------------------
+ * As seccomp policies that allow madvise only for the advice they know do (Chromium's returns
+ * EPERM): the filter traps the call, the handler counts it and makes it fail with EPERM. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+static volatile sig_atomic_t refused_calls;
+
+static void refuse_population(int signal, siginfo_t *info, void *context)
+{
+    (void)signal, (void)info;
+    ucontext_t *uc = context;
+    refused_calls++;
+#if defined(__x86_64__)
+    uc->uc_mcontext.gregs[REG_RAX] = -EPERM;
+#elif defined(__aarch64__)
+    uc->uc_mcontext.regs[0] = (unsigned long)-EPERM;
+#else
+#error "the test's SIGSYS handler sets the return register of x86-64 and AArch64 only"
+#endif
+}
+
+static bool refuse_population_from_now_on(void)
+{
+    struct sock_filter program[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_madvise, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_POPULATE_WRITE, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog filter = {.len = sizeof program / sizeof program[0], .filter = program};
+    struct sigaction action = {.sa_sigaction = refuse_population, .sa_flags = SA_SIGINFO};
+    return sigaction(SIGSYS, &action, NULL) == 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+           prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) == 0;
+}
+
+/* Under such a sandbox, carving fresh spans still hands out whole, writable objects, and the
+ * kernel is asked once: the refusal stops the asking (os.c's cm_os_populate). In a child, whose
+ * filter goes with it. */
+static void a_sandbox_that_refuses_population_is_asked_once(void **state)
+{
+    (void)state;
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        if (!refuse_population_from_now_on())
+            _exit(2);
+        for (size_t request = 2500; request <= 9500; request += 1000) {
+            cm_page_heap_release(true); /* the spans cut next are cut from released pages */
+            unsigned c = cm_size_class(request);
+            void *head;
+            unsigned n = cm_central_fill(c, 3 * cm_classes[c].objects, &head, 0);
+            if (n != 3 * cm_classes[c].objects)
+                _exit(3);
+            for (void *a = head, *next; a; a = next) {
+                next = cm_link_next(a);
+                memset(a, 0x5a, cm_classes[c].size);
+            }
+        }
+        _exit(refused_calls == 1 ? 0 : 10 + (refused_calls > 9 ? 9 : refused_calls));
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0); /* 2: no filter; 3: a short fill; 1x: x calls */
 }
 
 static void full_batch_round_trips_through_transfer_cache(void **state)
@@ -321,6 +403,7 @@ int main(void)
         cmocka_unit_test(fill_hands_out_distinct_objects),
         cmocka_unit_test(carving_ends_on_a_false_sharing_boundary),
         cmocka_unit_test(carving_populates_only_pages_given_back),
+        cmocka_unit_test(a_sandbox_that_refuses_population_is_asked_once),
         cmocka_unit_test(full_batch_round_trips_through_transfer_cache),
         cmocka_unit_test(empty_spans_return_to_the_page_heap),
         cmocka_unit_test(a_fill_takes_one_span_of_given_back_objects),
