@@ -1,9 +1,10 @@
 #!/bin/sh
 # test_bench_smoke.sh - every benchmark program runs briefly under glibc and prints a RESULT line
-# that parses (all keys, in order, numbers where numbers belong); then a one-cell matrix goes
-# through scripts/bench-matrix.sh (the entry point of scripts/bench-matrix.py) and yields
-# matrix.csv/md with the right header, and the summary it prints is checked on made-up runs
-# whose answer is known. Run by `make test` from the top directory (which builds build/bench/*); about 3 s.
+# that parses (all keys, in order, numbers where numbers belong), fault_cost its table; then a
+# one-cell matrix goes through scripts/bench-matrix.sh (the entry point of
+# scripts/bench-matrix.py) and yields matrix.csv/md with the right header, and the summary it
+# prints is checked on made-up runs whose answer is known. Run by `make test` from the top
+# directory (which builds build/bench/*); about 3 s.
 set -u
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-smoke.XXXXXX")
@@ -52,6 +53,14 @@ if build/bench/peak_rss -- sh -c 'exit 7' 2> "$tmp/err"; then rc=0; else rc=$?; 
 if [ "$rc" -ne 7 ] || ! grep -q '^peak_rss_kib=[0-9][0-9]*$' "$tmp/err"; then
   echo "FAIL peak_rss: status $rc, stderr: $(cat "$tmp/err")"; fail=1
 else echo "ok   peak_rss"; fi
+
+# fault_cost prints a row per chunk size, both costs positive; a chunk that is no multiple of
+# 4 KiB is refused with status 2
+if build/bench/fault_cost --chunk 4,8 --mib 1 --rounds 1 > "$tmp/out" 2> "$tmp/err" &&
+   [ "$(awk 'NR > 1 && $1 ~ /^(4|8)$/ && $2 > 0 && $3 > 0' "$tmp/out" | wc -l)" -eq 2 ]; then
+  if build/bench/fault_cost --chunk 6 > /dev/null 2>&1; then rc=0; else rc=$?; fi
+  if [ "$rc" -eq 2 ]; then echo "ok   fault_cost"; else echo "FAIL fault_cost: --chunk 6 gave $rc"; fail=1; fi
+else echo "FAIL fault_cost:"; sed 's/^/  | /' "$tmp/out" "$tmp/err"; fail=1; fi
 
 # the matrix script end to end, one cell (glibc only, no installs, no whole programs)
 if sh scripts/bench-matrix.sh --quick --no-install --reps 1 --threads 1 --allocators glibc \
