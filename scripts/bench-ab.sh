@@ -16,6 +16,8 @@
 #                       and x 24 B freed in allocation order, and the last two in random order
 #   pool8r4m pool24r4m  the random ones with 4M objects (64 and 128 MiB of blocks, past the
 #                       L3 as the full matrix's pool rows are when other work contends for it)
+#   sqlite python       the matrix's whole programs (sqlite3, python3 on bench/), each run
+#                       timed whole: median milliseconds instead of ops/s (--seconds unused)
 # Default rows: the first seven; default 5 repetitions of 0.3 s. A figure from it is the
 # command line that printed it; compare only libraries of one run (docs/DESIGN.md says why).
 # Needs build/bench (make bench, or make build/bench/<program>).
@@ -48,11 +50,26 @@ row_command() {
     pool16) echo "build/bench/pool_bench --count 1000000 --size 16 --free-order fifo" ;;
     pool8 | pool24) echo "build/bench/pool_bench --count 524288 --size ${1#pool} --free-order fifo" ;;
     pool8r | pool24r) echo "build/bench/pool_bench --count 524288 --size ${1:4:-1} --free-order random" ;;
+    sqlite) echo "sqlite3 :memory: '.read bench/real_sqlite.sql'" ;;
+    python) echo "python3 bench/real_python.py" ;;
     pool8r4m | pool24r4m) # five rounds: one is half a second
         echo "build/bench/pool_bench --count 4194304 --size ${1:4:-3}" \
             "--free-order random --rounds 5" ;;
     *) echo "bench-ab: unknown row $1 (--help)" >&2; return 2 ;;
     esac
+}
+
+# A whole program's run: its wall time in ms and peak RSS (build/bench/peak_rss), or exit 1.
+whole_program() { # row command NAME=LIB
+    local rss_file start end
+    rss_file=$(mktemp)
+    start=$(date +%s%N)
+    eval "local words=($2)" # split as the shell would: sqlite's '.read FILE' is one word
+    build/bench/peak_rss --append "$rss_file" -- env LD_PRELOAD="${3#*=}" "${words[@]}" \
+        >/dev/null 2>&1 || { echo "bench-ab: $1 failed under ${3#*=}: $2" >&2; exit 1; }
+    end=$(date +%s%N)
+    echo "$1 ${3%%=*} $(((end - start) / 1000000)) $(tail -n 1 "$rss_file") ms"
+    rm -f "$rss_file"
 }
 
 results=$(mktemp)
@@ -61,29 +78,38 @@ for row in ${rows//,/ }; do
     command=$(row_command "$row")
     for ((rep = 0; rep < reps; rep++)); do
         for lib in "$@"; do
-            line=$(LD_PRELOAD=${lib#*=} $command --seconds "$seconds" | grep '^RESULT') ||
-                { echo "bench-ab: $row under ${lib#*=} printed no result: $command" >&2; exit 1; }
-            ops=${line##*ops_per_sec=} rss=${line##*peak_rss_kib=}
-            echo "$row ${lib%%=*} ${ops%% *} ${rss%% *}" >>"$results"
+            case $row in
+            sqlite | python) whole_program "$row" "$command" "$lib" ;;
+            *)
+                line=$(LD_PRELOAD=${lib#*=} $command --seconds "$seconds" | grep '^RESULT') || {
+                    echo "bench-ab: $row under ${lib#*=} printed no result: $command" >&2
+                    exit 1
+                }
+                ops=${line##*ops_per_sec=} rss=${line##*peak_rss_kib=}
+                echo "$row ${lib%%=*} ${ops%% *} ${rss%% *} ops" ;;
+            esac >>"$results"
         done
     done
 done
 
 python3 - "$results" "$@" <<'EOF'
 import collections, statistics, sys
-ops, rss, rows = collections.defaultdict(list), collections.defaultdict(list), []
+ops, rss, rows, unit = collections.defaultdict(list), collections.defaultdict(list), [], {}
 for line in open(sys.argv[1]):
-    row, name, o, r = line.split()
+    row, name, o, r, unit[row] = line.split()
     ops[row, name].append(int(o))
     rss[row, name].append(int(r))
     if row not in rows:
         rows.append(row)
 names = [a.split("=")[0] for a in sys.argv[2:]]
-def rate(x):
+def rate(x, row):
+    if unit[row] == "ms":
+        return "%d ms" % x
     return "%.1fM" % (x / 1e6) if x >= 1e5 else "%.0f" % x
-print("%-9s" % "row" + "".join("%20s" % n for n in names) + "   (median ops/s, peak RSS)")
+print("%-9s" % "row" + "".join("%20s" % n for n in names) +
+      "   (median ops/s or ms a run, peak RSS)")
 for row in rows:
-    print("%-9s" % row + "".join("%12s %5.1fMiB" % (rate(statistics.median(ops[row, n])),
+    print("%-9s" % row + "".join("%12s %5.1fMiB" % (rate(statistics.median(ops[row, n]), row),
                                                    statistics.median(rss[row, n]) / 1024)
                                   for n in names))
 EOF
