@@ -173,12 +173,24 @@ static bool refuse_population_from_now_on(void)
            prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) == 0;
 }
 
+/* Whether this kernel has MADV_POPULATE_WRITE (Linux 5.14): where it has not, the process may
+ * have stopped asking at an EINVAL before the sandbox below. */
+static bool kernel_populates(void)
+{
+    void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(page != MAP_FAILED);
+    bool populates = madvise(page, 4096, MADV_POPULATE_WRITE) == 0;
+    munmap(page, 4096);
+    return populates;
+}
+
 /* Under such a sandbox, carving fresh spans still hands out whole, writable objects, and the
- * kernel is asked once: the refusal stops the asking (os.c's cm_os_populate). In a child, whose
- * filter goes with it. */
+ * kernel is asked once (at most once where it lacks the advice): the refusal stops the asking
+ * (os.c's cm_os_populate). In a child, whose filter goes with it. */
 static void a_sandbox_that_refuses_population_is_asked_once(void **state)
 {
     (void)state;
+    const bool populates = kernel_populates();
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
@@ -196,7 +208,8 @@ static void a_sandbox_that_refuses_population_is_asked_once(void **state)
                 memset(a, 0x5a, cm_classes[c].size);
             }
         }
-        _exit(refused_calls == 1 ? 0 : 10 + (refused_calls > 9 ? 9 : refused_calls));
+        bool once = populates ? refused_calls == 1 : refused_calls <= 1;
+        _exit(once ? 0 : 10 + (refused_calls > 9 ? 9 : refused_calls));
     }
     int status;
     assert_int_equal(waitpid(child, &status, 0), child);
