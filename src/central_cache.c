@@ -25,7 +25,9 @@
  * Release by age: batches that sat in a transfer cache through a whole interval of
  * CMALLOC_RELEASE_DELAY_MS (below the interval's low-water mark) go back to their spans, so
  * that spans can empty and the page heap can return them; checked on fills and flushes.
- * Lock: each class's own; the page heap lock is taken inside it to get or return spans.
+ * Lock: each class's own; the page heap lock is taken inside it to get or return spans, and
+ * carving in a span cut from released pages makes one system call under it (populate_carved:
+ * the page faults it saves were taken under it too).
  * Invariant per class:
  *   objects_out == sum of span->used over its spans
  *              == objects in thread caches + in the transfer cache + held by the program.

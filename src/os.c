@@ -1,7 +1,8 @@
 /* os.c - the one file that talks to the kernel: virtual memory, time, output, locks.
  *
- * Owns: the count of bytes mapped from the OS, the helper-thread primitive, the locks and the
- * fork protocol's platform side (stdio's list lock, whether the process is single-threaded).
+ * Owns: the count of bytes mapped from the OS (and of bytes asked to be populated), the
+ * helper-thread primitive, the locks and the fork protocol's platform side (stdio's list lock,
+ * whether the process is single-threaded).
  * Called by every layer; holds no lock of its own. Nothing here calls malloc: no stdio, no
  * getenv, no dlsym. Mappings are aligned to at least one cmalloc page (8 KiB) because the
  * pagemap works in 8 KiB pages and the kernel only promises 4 KiB.
@@ -106,7 +107,8 @@ void cm_os_release(void *address, size_t size)
  * matrix ran on (`build/bench/fault_cost`). What the call cannot do changes nothing: the
  * writes then fault as they would have. A refusal that will not change (an older kernel's
  * EINVAL, a sandbox's EPERM or ENOSYS: seccomp filters that allow madvise only for the advice
- * they know) stops the asking for the process; only a want of memory is asked again. */
+ * they know) stops the asking for the process; only a passing one (ENOMEM, EAGAIN, EINTR) is
+ * asked again. */
 void cm_os_populate(void *address, size_t size)
 {
     atomic_fetch_add_explicit(&populated_bytes, size, memory_order_relaxed);
