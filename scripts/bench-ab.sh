@@ -1,10 +1,18 @@
 #!/bin/bash
 # bench-ab.sh - builds head to head on rows of the matrix, interleaved, in a few minutes.
 #
-#   scripts/bench-ab.sh [--reps N] [--seconds S] [--rows a,b,...] NAME=LIB.so [NAME=LIB.so ...]
+#   scripts/bench-ab.sh [--reps N] [--seconds S] [--rows a,b,...] [--pin CPUS]
+#                       NAME=LIB.so [NAME=LIB.so ...]
 #
 # Every repetition runs each row once under each library in turn (LD_PRELOAD), so drift on a
-# noisy machine hits them alike; prints the median ops/s and peak RSS of each row and library.
+# noisy machine hits them alike, and each repetition starts one library later than the one
+# before, so that none always runs right after another; prints the median ops/s and peak RSS
+# of each row and library, and then each library's speed against the first one's as the
+# median of the ratios within a repetition (runs next to each other, in the same phase of the
+# machine), with the lowest and highest of those ratios: a ratio whose range holds 1.00 is
+# within this machine's spread. --pin CPUS runs every program under `taskset -c CPUS` (0: all
+# threads on one vCPU, where threads that hand memory to each other share a core in every run
+# and the rows with more threads than cores no longer depend on where the scheduler puts them).
 # The rows are the matrix's programs with the matrix's parameters (scripts/bench-matrix.py):
 #   xmalloc1 xmalloc2   producer/consumer at 1 and 2 thread pairs
 #   larson2 mstress2    threads replaced while their blocks live on, 2 lanes
@@ -12,6 +20,7 @@
 #   xthr2               alloc-crossthread, 2 producers and 2 consumers
 #   larson8 mstress8 rpm8 xmalloc4 churn8   more threads than this machine's cores (memory)
 #   churn1              thread churn, one thread at a time
+#   server1 server2     requests with temporaries over a shared 16,384-slot live set
 #   pool16 pool8 pool24 pool8r pool24r   the pool rows through malloc: 1M x 16 B, 512k x 8 B
 #                       and x 24 B freed in allocation order, and the last two in random order
 #   pool8r4m pool24r4m  the random ones with 4M objects (64 and 128 MiB of blocks, past the
@@ -21,14 +30,15 @@
 # Default rows: the first seven; default 5 repetitions of 0.3 s. A figure from it is the
 # command line that printed it; compare only libraries of one run (docs/DESIGN.md says why).
 # Needs build/bench (make bench, or make build/bench/<program>).
-set -eu
+set -euo pipefail
 cd "$(dirname "$0")/.."
-reps=5 seconds=0.3 rows=xmalloc1,xmalloc2,larson2,mstress2,rpm1,rpm2,xthr2
+reps=5 seconds=0.3 rows=xmalloc1,xmalloc2,larson2,mstress2,rpm1,rpm2,xthr2 pin=()
 while [ $# -gt 0 ]; do
     case $1 in
     --reps) reps=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --rows) rows=$2; shift 2 ;;
+    --pin) pin=(taskset -c "$2"); shift 2 ;;
     -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *=*) break ;;
     *) echo "bench-ab: unknown argument $1 (--help)" >&2; exit 2 ;;
@@ -47,6 +57,7 @@ row_command() {
     rpm*) echo "build/bench/rpmalloc_bench --blocks 1000 --round 100 --max-size 16384 --threads ${1#rpm}" ;;
     xthr*) echo "build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024 --threads ${1#xthr}" ;;
     churn*) echo "build/bench/churn_bench --objects 256 --max-size 4096 --threads ${1#churn}" ;;
+    server*) echo "build/bench/server_bench --slots 16384 --max-size 8192 --threads ${1#server}" ;;
     pool16) echo "build/bench/pool_bench --count 1000000 --size 16 --free-order fifo" ;;
     pool8 | pool24) echo "build/bench/pool_bench --count 524288 --size ${1#pool} --free-order fifo" ;;
     pool8r | pool24r) echo "build/bench/pool_bench --count 524288 --size ${1:4:-1} --free-order random" ;;
@@ -65,7 +76,8 @@ whole_program() { # row command NAME=LIB
     rss_file=$(mktemp)
     start=$(date +%s%N)
     eval "local words=($2)" # split as the shell would: sqlite's '.read FILE' is one word
-    build/bench/peak_rss --append "$rss_file" -- env LD_PRELOAD="${3#*=}" "${words[@]}" \
+    build/bench/peak_rss --append "$rss_file" -- ${pin[@]+"${pin[@]}"} \
+        env LD_PRELOAD="${3#*=}" "${words[@]}" \
         >/dev/null 2>&1 || { echo "bench-ab: $1 failed under ${3#*=}: $2" >&2; exit 1; }
     end=$(date +%s%N)
     echo "$1 ${3%%=*} $(((end - start) / 1000000)) $(tail -n 1 "$rss_file") ms"
@@ -76,18 +88,21 @@ results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 for row in ${rows//,/ }; do
     command=$(row_command "$row")
+    libs=("$@")
     for ((rep = 0; rep < reps; rep++)); do
-        for lib in "$@"; do
+        for ((i = 0; i < ${#libs[@]}; i++)); do
+            lib=${libs[(rep + i) % ${#libs[@]}]}
             case $row in
             sqlite | python) whole_program "$row" "$command" "$lib" ;;
             *)
-                line=$(LD_PRELOAD=${lib#*=} $command --seconds "$seconds" | grep '^RESULT') || {
+                line=$(${pin[@]+"${pin[@]}"} env LD_PRELOAD="${lib#*=}" $command \
+                    --seconds "$seconds" | grep '^RESULT') || {
                     echo "bench-ab: $row under ${lib#*=} printed no result: $command" >&2
                     exit 1
                 }
                 ops=${line##*ops_per_sec=} rss=${line##*peak_rss_kib=}
                 echo "$row ${lib%%=*} ${ops%% *} ${rss%% *} ops" ;;
-            esac >>"$results"
+            esac | sed "s/\$/ $rep/" >>"$results"
         done
     done
 done
@@ -95,10 +110,12 @@ done
 python3 - "$results" "$@" <<'EOF'
 import collections, statistics, sys
 ops, rss, rows, unit = collections.defaultdict(list), collections.defaultdict(list), [], {}
+by_rep = {}  # (row, name, repetition) -> ops/s or ms
 for line in open(sys.argv[1]):
-    row, name, o, r, unit[row] = line.split()
+    row, name, o, r, unit[row], rep = line.split()
     ops[row, name].append(int(o))
     rss[row, name].append(int(r))
+    by_rep[row, name, rep] = int(o)
     if row not in rows:
         rows.append(row)
 names = [a.split("=")[0] for a in sys.argv[2:]]
@@ -112,4 +129,20 @@ for row in rows:
     print("%-9s" % row + "".join("%12s %5.1fMiB" % (rate(statistics.median(ops[row, n]), row),
                                                    statistics.median(rss[row, n]) / 1024)
                                   for n in names))
+if len(names) > 1:
+    print()
+    print("%-9s" % "row" + "".join("%20s" % n for n in names[1:]) +
+          "   (speed x %s: median of the ratios within a repetition [lowest highest])" % names[0])
+    for row in rows:
+        cells = []
+        for n in names[1:]:
+            ratios = []
+            for (r, name, rep), value in by_rep.items():
+                first = by_rep.get((row, names[0], rep))
+                if r == row and name == n and first:
+                    # ms rows: less is faster
+                    ratios.append(first / value if unit[row] == "ms" else value / first)
+            cells.append("%5.2f [%4.2f %4.2f]" % (statistics.median(ratios), min(ratios),
+                                                 max(ratios)))
+        print("%-9s" % row + "".join("%20s" % c for c in cells))
 EOF
