@@ -3,8 +3,9 @@
 # that parses (all keys, in order, numbers where numbers belong), fault_cost its table; then a
 # one-cell matrix goes through scripts/bench-matrix.sh (the entry point of
 # scripts/bench-matrix.py) and yields matrix.csv/md with the right header, and the summary it
-# prints is checked on made-up runs whose answer is known. Run by `make test` from the top
-# directory (which builds build/bench/*); about 3 s.
+# prints is checked on made-up runs whose answer is known; scripts/bench-ab.sh prints its two
+# tables. Run by `make test` from the top directory (which builds build/bench/* and the
+# library); about 4 s.
 set -u
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-smoke.XXXXXX")
@@ -100,6 +101,20 @@ if sh scripts/bench-matrix.sh --report "$tmp/made-up" > "$tmp/summary.txt" 2>&1;
   [ "$fail" = 0 ] && echo "ok   summary: winners and cmalloc against the best other allocator"
 else
   echo "FAIL bench-matrix.sh --report:"; sed 's/^/  | /' "$tmp/summary.txt"; fail=1
+fi
+
+# bench-ab: two builds (here the same library twice) head to head, pinned to one vCPU; each
+# prints its median and the ratio table (a ratio within a repetition, its lowest and highest).
+if bash scripts/bench-ab.sh --reps 2 --seconds 0.05 --rows churn1 --pin 0 \
+    a=build/libcmalloc.so b=build/libcmalloc.so > "$tmp/ab.txt" 2>&1 &&
+  grep -q '^churn1 .*MiB .*MiB$' "$tmp/ab.txt" &&
+  grep -Eq '^churn1 +[0-9]+\.[0-9]{2} \[[0-9]+\.[0-9]{2} [0-9]+\.[0-9]{2}\]$' "$tmp/ab.txt"; then
+  echo "ok   bench-ab.sh medians and ratios"
+else
+  echo "FAIL bench-ab.sh:"; sed 's/^/  | /' "$tmp/ab.txt"; fail=1
+fi
+if bash scripts/bench-ab.sh --rows nosuch a=build/libcmalloc.so > "$tmp/ab.txt" 2>&1; then
+  echo "FAIL bench-ab.sh: an unknown row passed"; fail=1
 fi
 
 [ "$fail" = 0 ] && echo "bench smoke: all ok"
