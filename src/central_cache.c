@@ -354,13 +354,20 @@ static uint32_t carve_count(const cm_span *span, const cm_class_info *info, uint
 
 /* Carving writes the links of never-used objects, page after page of a span: where the page
  * heap cut the span from pages given back to the OS (span->released), those pages are faulted
- * in with one call (os.c's cm_os_populate) instead of a fault each as the links land. Only the
- * pages the links write to (and, for objects above a page, the pages between them): what the
- * carving would fault in anyway. */
+ * in (os.c's cm_os_populate) instead of a fault each as the links land. Only the pages the
+ * links write to, what the carving would fault in anyway: up to a page an object, every page
+ * of the run holds a link and one call brings them all; above a page, each link's own page,
+ * and never the pages between, which a program that uses the start of a large block leaves
+ * untouched (a 64 KiB buffer of which it fills 1 KiB holds one page resident, not 16). */
 static void populate_carved(const cm_span *span, const cm_class_info *info, uint32_t carve)
 {
     const uintptr_t page = CM_SYSTEM_PAGE, link_bytes = 2 * sizeof(uintptr_t);
     uintptr_t bump = (uintptr_t)span->bump, touched = bump;
+    if (info->size > page) { /* a link, 16-byte aligned, never crosses a page */
+        for (uint32_t i = 0; i < carve; i++)
+            cm_os_populate((void *)((bump + (uintptr_t)i * info->size) & ~(page - 1)), page);
+        return;
+    }
     if (bump != (uintptr_t)cm_span_start(span))
         touched = bump - info->size + link_bytes; /* the end of the last carved link */
     uintptr_t start = (touched + page - 1) & ~(page - 1);

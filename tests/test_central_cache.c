@@ -135,6 +135,23 @@ static void carving_populates_only_pages_given_back(void **state)
     cm_central_flush(c, head, n);
 }
 
+/* Objects above a page: only the page of each carved link is asked for, never the pages
+ * between, which a program using the start of a large block does not touch. */
+static void carving_populates_no_page_between_large_objects(void **state)
+{
+    (void)state;
+    unsigned c = unused_class(20000);
+    const size_t size = cm_classes[c].size;
+    assert_true(size > 2 * CM_SYSTEM_PAGE);
+    cm_page_heap_release(true);
+    size_t before = cm_os_populated_bytes();
+    void *head;
+    unsigned n = cm_central_fill(c, cm_classes[c].objects, &head, 0);
+    assert_true(n >= 2 && cm_span_of(head)->released);
+    assert_int_equal(cm_os_populated_bytes() - before, (size_t)n * CM_SYSTEM_PAGE);
+    cm_central_flush(c, head, n);
+}
+
 /* ---- a sandbox that refuses MADV_POPULATE_WRITE ---------------------------------------------
  * As seccomp policies that allow madvise only for the advice they know do (Chromium's returns
  * EPERM): the filter traps the call, the handler counts it and makes it fail with EPERM. */
@@ -415,6 +432,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fill_hands_out_distinct_objects),
         cmocka_unit_test(carving_ends_on_a_false_sharing_boundary),
+        cmocka_unit_test(carving_populates_no_page_between_large_objects),
         cmocka_unit_test(carving_populates_only_pages_given_back),
         cmocka_unit_test(a_sandbox_that_refuses_population_is_asked_once),
         cmocka_unit_test(full_batch_round_trips_through_transfer_cache),
