@@ -14,24 +14,14 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <time.h>
+
+#include "bench_util.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
 enum { PAGE = 4096, MAX_ROUNDS = 99 };
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
 
 static int by_value(const void *a, const void *b)
 {
@@ -47,7 +37,7 @@ static double one_round(size_t bytes, size_t chunk, int populate)
         perror("fault_cost: mmap");
         return -1;
     }
-    double start = now_ns();
+    uint64_t start = bench_now_ns();
     for (size_t at = 0; at < bytes; at += chunk) {
         if (populate && madvise(p + at, chunk, MADV_POPULATE_WRITE) != 0) {
             fprintf(stderr, "fault_cost: MADV_POPULATE_WRITE: %s\n", strerror(errno));
@@ -57,7 +47,7 @@ static double one_round(size_t bytes, size_t chunk, int populate)
         for (size_t page = at; page < at + chunk; page += PAGE)
             p[page] = 1;
     }
-    double ns = (now_ns() - start) / (double)(bytes / PAGE);
+    double ns = (double)(bench_now_ns() - start) / (double)(bytes / PAGE);
     munmap(p, bytes);
     return ns;
 }
@@ -93,6 +83,10 @@ int main(int argc, char **argv)
         }
         c = *end ? end + 1 : end;
         size_t chunk = kib << 10, bytes = (mib << 20) / chunk * chunk;
+        if (bytes == 0) {
+            fprintf(stderr, "fault_cost: --chunk %zu KiB is more than --mib %zu MiB\n", kib, mib);
+            return 2;
+        }
         double ns[2][MAX_ROUNDS];
         for (int r = 0; r < rounds; r++)
             for (int populate = 0; populate < 2; populate++)

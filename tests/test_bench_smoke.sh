@@ -56,11 +56,13 @@ if [ "$rc" -ne 7 ] || ! grep -q '^peak_rss_kib=[0-9][0-9]*$' "$tmp/err"; then
 else echo "ok   peak_rss"; fi
 
 # fault_cost prints a row per chunk size, both costs positive; a chunk that is no multiple of
-# 4 KiB is refused with status 2
+# 4 KiB, or larger than the mapping, is refused with status 2
 if build/bench/fault_cost --chunk 4,8 --mib 1 --rounds 1 > "$tmp/out" 2> "$tmp/err" &&
    [ "$(awk 'NR > 1 && $1 ~ /^(4|8)$/ && $2 > 0 && $3 > 0' "$tmp/out" | wc -l)" -eq 2 ]; then
   if build/bench/fault_cost --chunk 6 > /dev/null 2>&1; then rc=0; else rc=$?; fi
   if [ "$rc" -eq 2 ]; then echo "ok   fault_cost"; else echo "FAIL fault_cost: --chunk 6 gave $rc"; fail=1; fi
+  if build/bench/fault_cost --chunk 2048 --mib 1 > /dev/null 2>&1; then rc=0; else rc=$?; fi
+  [ "$rc" -eq 2 ] || { echo "FAIL fault_cost: a chunk past the mapping gave $rc"; fail=1; }
 else echo "FAIL fault_cost:"; sed 's/^/  | /' "$tmp/out" "$tmp/err"; fail=1; fi
 
 # the matrix script end to end, one cell (glibc only, no installs, no whole programs)
