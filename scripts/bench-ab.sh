@@ -109,13 +109,12 @@ done
 
 python3 - "$results" "$@" <<'EOF'
 import collections, statistics, sys
-ops, rss, rows, unit = collections.defaultdict(list), collections.defaultdict(list), [], {}
-by_rep = {}  # (row, name, repetition) -> ops/s or ms
+ops = collections.defaultdict(dict)  # (row, name) -> {repetition: ops/s or ms}
+rss, rows, unit = collections.defaultdict(list), [], {}
 for line in open(sys.argv[1]):
     row, name, o, r, unit[row], rep = line.split()
-    ops[row, name].append(int(o))
+    ops[row, name][rep] = int(o)
     rss[row, name].append(int(r))
-    by_rep[row, name, rep] = int(o)
     if row not in rows:
         rows.append(row)
 names = [a.split("=")[0] for a in sys.argv[2:]]
@@ -126,7 +125,8 @@ def rate(x, row):
 print("%-9s" % "row" + "".join("%20s" % n for n in names) +
       "   (median ops/s or ms a run, peak RSS)")
 for row in rows:
-    print("%-9s" % row + "".join("%12s %5.1fMiB" % (rate(statistics.median(ops[row, n]), row),
+    print("%-9s" % row + "".join("%12s %5.1fMiB" % (rate(statistics.median(ops[row, n].values()),
+                                                        row),
                                                    statistics.median(rss[row, n]) / 1024)
                                   for n in names))
 if len(names) > 1:
@@ -134,14 +134,10 @@ if len(names) > 1:
     print("%-9s" % "row" + "".join("%20s" % n for n in names[1:]) +
           "   (speed x %s: median of the ratios within a repetition [lowest highest])" % names[0])
     for row in rows:
-        cells = []
-        for n in names[1:]:
-            ratios = []
-            for (r, name, rep), value in by_rep.items():
-                first = by_rep.get((row, names[0], rep))
-                if r == row and name == n and first:
-                    # ms rows: less is faster
-                    ratios.append(first / value if unit[row] == "ms" else value / first)
+        first, cells = ops[row, names[0]], []
+        for n in names[1:]:  # ms rows: less is faster
+            ratios = [first[rep] / v if unit[row] == "ms" else v / first[rep]
+                      for rep, v in ops[row, n].items() if first.get(rep)]
             cells.append("%5.2f [%4.2f %4.2f]" % (statistics.median(ratios), min(ratios),
                                                  max(ratios)))
         print("%-9s" % row + "".join("%20s" % c for c in cells))
