@@ -1,12 +1,11 @@
 /* test_central_cache.c - the central cache: fills hand out distinct objects of the class from
  * SMALL spans, carving on to a 128-byte boundary (and faulting in, of a span cut from pages
  * given back to the OS, the pages its links land on and no other; a sandbox refusing that call
- * is asked once), a
- * flushed full batch comes back whole from the transfer cache (no span touched), partial
- * flushes go to spans, and a span whose objects all come back returns to the page heap, a fill
- * takes one span's given-back objects at most; the transfer cache grows past its start only
- * while other threads take its batches. Uses classes the test harness itself never allocates
- * from. */
+ * is asked once), a flushed full batch comes back whole from the transfer cache (no span
+ * touched), partial flushes go to spans, and a span whose objects all come back returns to the
+ * page heap, a fill takes one span's given-back objects at most; the transfer cache grows past
+ * its start only while other threads take its batches. Uses classes the test harness itself
+ * never allocates from. */
 #define _GNU_SOURCE /* REG_RAX */
 #include <setjmp.h>
 #include <stdarg.h>
