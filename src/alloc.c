@@ -224,10 +224,18 @@ static cm_span *checked_span(const void *p, const char *caller)
     return span;
 }
 
+/* Whether p, an object start of span, is free already: a SMALL span's object that carries the
+ * free mark and is on no cache a fork left behind (whose list takes it back, handed out). */
+static bool small_object_free(void *p, const cm_span *span)
+{
+    return span->state == CM_SPAN_SMALL && cm_object_is_free(p) &&
+           !cm_thread_cache_take_left_behind(p, span->size_class);
+}
+
 static void free_span_object(void *p, cm_span *span, const char *caller)
 {
     if (span->state == CM_SPAN_SMALL) {
-        if (cm_object_is_free(p) && !cm_thread_cache_take_left_behind(p, span->size_class))
+        if (small_object_free(p, span))
             cm_report_double_free(caller, p);
         else
             cm_thread_cache_free_slow(p, span->size_class);
@@ -296,13 +304,18 @@ static void *remap_span(cm_span *span, size_t size)
 /* realloc's cases that need no new block: the block fits (wasting at most half), a page-heap
  * block grows or shrinks where it lies, a MAPPED block is remapped. Returns the block (p, or a
  * MAPPED block's new address); NULL with *old_size = its usable size when the caller must move
- * it; NULL with *old_size = 0 when it failed (ENOMEM; an invalid p reported), p intact. */
+ * it; NULL with *old_size = 0 when it failed (ENOMEM; an invalid or freed p reported), p
+ * intact. */
 void *cm_realloc_in_place(void *p, size_t size, size_t *old_size)
 {
     *old_size = 0;
     cm_span *span = checked_span(p, "realloc");
     if (span == NULL)
         return cm_out_of_memory();
+    if (small_object_free(p, span)) { /* else kept in place, or copied from, unnoticed */
+        cm_report_double_free("realloc", p);
+        return cm_out_of_memory();
+    }
     size_t old = span_usable_size(span);
     if (span->state == CM_SPAN_MAPPED && size > mmap_threshold()) {
         if (size > CM_REQUEST_MAX)

@@ -42,6 +42,13 @@ static void *move_block(void *q, void *p, size_t old, size_t size,
     return q;
 }
 
+/* move_block's release for a block cm_small_class_of vetted. */
+static void free_moved(void *p, const char *caller)
+{
+    (void)caller;
+    cm_free(p);
+}
+
 /* realloc(p, 0) frees p and returns NULL, as glibc does. A sampled or guarded block moves
  * through the sampler, and in the debug mode every block that does not shrink moves (so stale
  * pointers hit the quarantine): their old blocks are freed through cm_free_slow, where those
@@ -63,6 +70,14 @@ void *cm_realloc(void *p, size_t size)
         return cm_check_shrink(p, size)
                    ? p
                    : move_block(cm_alloc(size), p, cm_usable_size(p), size, cm_free_slow);
+    size_t size_class = cm_small_class_of(p);
+    if (size_class != 0) {
+        old = cm_classes[size_class].size;
+        if (size <= old && size >= old / 2)
+            return p;
+        if (size < CM_REALLOC_PAGES_MIN)
+            return move_block(cm_alloc(size), p, old, size, free_moved);
+    }
     void *resized = cm_realloc_in_place(p, size, &old);
     if (resized != NULL || old == 0)
         return resized;

@@ -116,6 +116,25 @@ static CM_ALWAYS_INLINE void cm_free(void *p)
     cm_free_slow(p, "free");
 }
 
+/* The class of p if it starts an object of a SMALL span and carries no free mark, tested as
+ * cm_free tests it (so 0 before the thread's first slow path, whose empty lists admit no
+ * object); else 0, and the caller takes the general path, which reports a bad pointer. For
+ * realloc, which then moves a small block through the fast paths: the general path looks the
+ * span up, divides to find the object start, and allocates and frees through the thread
+ * cache's slow paths, 330 instructions a move of sqlite3's string builder (callgrind). */
+static inline size_t cm_small_class_of(const void *p)
+{
+    const cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
+    size_t index = cm_pagemap_index(p), size_class;
+    if (leaf == NULL || (size_class = leaf->classes[index].size_class) == 0)
+        return 0;
+    uint64_t offset = ((uint64_t)leaf->classes[index].span_pages << CM_PAGE_SHIFT) |
+                      ((uintptr_t)p & (CM_PAGE_SIZE - 1));
+    const cm_free_list *list = &cm_thread_cache_current->lists[size_class];
+    bool start = offset * list->start_magic < list->start_limit;
+    return start && !cm_object_is_free(p) ? size_class : 0;
+}
+
 #pragma GCC visibility pop
 
 #endif /* CM_FASTPATH_H */

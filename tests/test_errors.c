@@ -25,6 +25,9 @@
  *   test_free_past_span_end         p = malloc(48): free of p's page + 8160, the slot past
  *                                   the 170 objects of a one-page 48-byte span: invalid pointer
  *   test_realloc_invalid            realloc(&local, 64)          realloc(): invalid pointer
+ *   test_realloc_middle_of_small    realloc(p + 48, 64), p = malloc(100)   the same
+ *   test_realloc_freed_small        free(p); realloc(p, 40), p = malloc(48): double free ... in
+ *                                   realloc() (a size p's block holds, which would keep it)
  *   test_usable_size_invalid        malloc_usable_size(p + 16)   malloc_usable_size(): ...
  * and, in a copy of this binary re-executed with CMALLOC_CHECK=1 (`--run NAME`):
  *   test_check_double_free_not_at_head  free(a); free(b); free(a)  double free ...
@@ -211,6 +214,24 @@ static void realloc_invalid(void)
     opaque(q);
 }
 
+static void realloc_middle_of_small(void)
+{
+    char *block = malloc(100);
+    void *p = opaque(block + 48);
+    announce(p);
+    void *q = realloc(p, 64);
+    opaque(q);
+}
+
+static void realloc_freed_small(void)
+{
+    char *p = opaque(malloc(48));
+    announce(p);
+    free(p);
+    void *q = realloc(opaque(p), 40);
+    opaque(q);
+}
+
 static void usable_size_invalid(void)
 {
     char *block = malloc(1 * MiB);
@@ -368,6 +389,18 @@ static void test_realloc_invalid(void **state)
     expect_death_at(realloc_invalid, "cmalloc: realloc(): invalid pointer %p");
 }
 
+static void test_realloc_middle_of_small(void **state)
+{
+    (void)state;
+    expect_death_at(realloc_middle_of_small, "cmalloc: realloc(): invalid pointer %p");
+}
+
+static void test_realloc_freed_small(void **state)
+{
+    (void)state;
+    expect_death_at(realloc_freed_small, "cmalloc: double free %p in realloc()");
+}
+
 static void test_usable_size_invalid(void **state)
 {
     (void)state;
@@ -458,6 +491,17 @@ static int keep_going_main(void)
     free(x);
     free(y);
 
+    /* realloc of a freed small object: reported, NULL with ENOMEM, and not handed out twice */
+    char *gone = malloc(48);
+    free(gone);
+    errno = 0;
+    r = realloc(opaque(gone), 40);
+    check(r == NULL && errno == ENOMEM, "realloc(freed) returns NULL with ENOMEM");
+    x = malloc(48), y = malloc(48);
+    check(x != NULL && y != NULL && x != y, "after a realloc of a freed block, two mallocs differ");
+    free(x);
+    free(y);
+
     /* double free of a 1 MiB block */
     char *big_twice = malloc(1 * MiB);
     free(big_twice);
@@ -521,13 +565,13 @@ static void test_keep_going(void **state)
     for (size_t i = 0; i < sizeof reports / sizeof reports[0]; i++)
         if (strstr(output, reports[i]) == NULL)
             fail_msg("keep-going child's output lacks \"%s\":\n%s", reports[i], output);
-    /* Count the reports: 5 invalid frees + realloc + usable size + 2 double frees (the child's
-     * own lines on stdout never say "cmalloc: "). */
+    /* Count the reports: 5 invalid frees + realloc + usable size + 2 double frees + realloc of
+     * a freed block (the child's own lines on stdout never say "cmalloc: "). */
     int count = 0;
     for (const char *s = output; (s = strstr(s, "cmalloc: ")) != NULL; s++)
         count++;
-    if (count != 9)
-        fail_msg("expected 9 reports from the keep-going child, got %d:\n%s", count, output);
+    if (count != 10)
+        fail_msg("expected 10 reports from the keep-going child, got %d:\n%s", count, output);
 }
 
 /* ---- check mode: death tests in a copy re-executed with CMALLOC_CHECK=1 ------------------ */
@@ -597,6 +641,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_double_free_other_thread),
         cmocka_unit_test(test_free_past_span_end),
         cmocka_unit_test(test_realloc_invalid),
+        cmocka_unit_test(test_realloc_middle_of_small),
+        cmocka_unit_test(test_realloc_freed_small),
         cmocka_unit_test(test_usable_size_invalid),
         cmocka_unit_test(test_keep_going),
         cmocka_unit_test(test_check_double_free_not_at_head),
