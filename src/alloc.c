@@ -146,16 +146,11 @@ void *cm_alloc_for_realloc(size_t size)
  * decides); alignment: a power of two above CM_ALIGNMENT. */
 void *cm_alloc_aligned_unchecked(size_t alignment, size_t size)
 {
-    if (size <= CM_MAX_SMALL && alignment <= CM_PAGE_SIZE) {
-        /* A class whose size is a multiple of alignment has every object aligned, since
-         * spans start on page boundaries. */
-        for (unsigned c = cm_size_class(size < alignment ? alignment : size); c < cm_class_count;
-             c++) {
-            if (cm_classes[c].size % alignment == 0)
-                return alloc_class(c);
-        }
-    }
-    return alloc_large(size, alignment, false);
+    unsigned size_class = size <= CM_MAX_SMALL && alignment <= CM_PAGE_SIZE
+                              ? cm_aligned_class(alignment,
+                                                 cm_size_class(size < alignment ? alignment : size))
+                              : 0;
+    return size_class != 0 ? alloc_class(size_class) : alloc_large(size, alignment, false);
 }
 
 /* ---- free ---------------------------------------------------------------------------------- */

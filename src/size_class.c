@@ -23,7 +23,8 @@
  *            threads take them; idle batches are drained by age: central_cache.c).
  * Lookup: cm_size_class() reads one of two byte tables, in 16-byte steps up to
  * CM_SMALL_STEP_MAX (1152) and in 128-byte steps above (every class above it is a multiple of
- * 128). Class 0 is never used.
+ * 128). Class 0 is never used. An aligned request's class is a third table's entry for its
+ * size's class (cm_aligned_classes, a row per alignment).
  * Invariant: cm_classes[cm_size_class(n)].size is the smallest class size >= n.
  */
 #include "internal.h"
@@ -31,6 +32,7 @@
 cm_class_info cm_classes[CM_CLASSES_MAX];
 unsigned cm_class_count; /* classes 1..cm_class_count-1 are in use */
 cm_class_lookup cm_class_table;
+uint8_t cm_aligned_classes[CM_ALIGNED_ROWS][CM_CLASSES_MAX];
 const cm_class_lookup *cm_fast_path_classes = &cm_class_table;
 
 static size_t clamp(size_t value, size_t low, size_t high)
@@ -96,5 +98,13 @@ void cm_size_class_init(void)
         while (cm_classes[c].size < i * 128)
             c++;
         cm_class_table.medium[i] = (uint8_t)c;
+    }
+    for (unsigned row = 0; row < CM_ALIGNED_ROWS; row++) {
+        uint8_t aligned = 0;
+        for (unsigned from = cm_class_count - 1; from >= 1; from--) {
+            if (cm_classes[from].size % ((size_t)32 << row) == 0)
+                aligned = (uint8_t)from;
+            cm_aligned_classes[row][from] = aligned;
+        }
     }
 }

@@ -1,6 +1,6 @@
 /* test_size_class.c - the size-class table: every size maps to the smallest class that fits,
  * classes are 16-byte multiples, waste stays within 12.5% above 128 B, span and batch sizes
- * follow the rules in size_class.c. */
+ * follow the rules in size_class.c, and an aligned request maps to the smallest aligned class. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,6 +74,25 @@ static void spans_and_batches_follow_the_rules(void **state)
     }
 }
 
+/* An aligned request's class (cm_aligned_class) is the smallest class from its size's class
+ * up whose objects all start on the alignment, or 0 (no class: a page-heap block) when none
+ * is; class 0 stays 0, the list the fast paths never find filled. */
+static void aligned_classes_are_the_smallest_aligned(void **state)
+{
+    (void)state;
+    for (size_t alignment = 2 * CM_ALIGNMENT; alignment <= CM_PAGE_SIZE; alignment *= 2) {
+        assert_int_equal(cm_aligned_class(alignment, 0), 0);
+        for (unsigned c = 1; c < cm_class_count; c++) {
+            unsigned want = c;
+            while (want < cm_class_count && cm_classes[want].size % alignment != 0)
+                want++;
+            assert_int_equal(cm_aligned_class(alignment, c), want < cm_class_count ? want : 0);
+        }
+    }
+    assert_int_equal(cm_classes[cm_aligned_class(64, cm_size_class(48))].size, 64);
+    assert_int_equal(cm_classes[cm_aligned_class(4096, cm_size_class(100))].size, 4096);
+}
+
 int main(void)
 {
     cm_init();
@@ -82,6 +101,7 @@ int main(void)
         cmocka_unit_test(classes_are_aligned_and_increasing),
         cmocka_unit_test(spans_and_batches_follow_the_rules),
         cmocka_unit_test(a_kilobyte_and_a_header_fits),
+        cmocka_unit_test(aligned_classes_are_the_smallest_aligned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
