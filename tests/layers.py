@@ -3,7 +3,9 @@
 Each file of SRCS (the Makefile's source list) may call only functions defined in files listed
 before it. Calls are counted by name: every cm_*/cmalloc_* identifier followed by "(" in a
 file's code (comments removed), including the calls of the inline functions of the headers it
-includes (fastpath.h, internal.h), resolved to the .c file that defines the function.
+includes (fastpath.h, internal.h), resolved to the .c file that defines the function (a
+definition starts in the first column; an indented call whose arguments end a line in "{", as
+an if's condition does, is a call).
 Exempt, as the layering allows: calls to cm_init (lazy initialisation, started from whatever
 entry point comes first) and init.c's calls of every layer's *_fork and *_init hooks (the top
 calling down in order, at start and around fork). Prints each call that goes up, and exits 1
@@ -14,7 +16,7 @@ import re
 import sys
 
 CALL = re.compile(r"\b(cm_\w+|cmalloc_\w+)\s*\(")
-DEFINITION = re.compile(r"^[\w\s\*]*?\b(cm_\w+|cmalloc_\w+)\s*\([^;{]*\)\s*\{", re.M)
+DEFINITION = re.compile(r"^(?=\S)[\w\s\*]*?\b(cm_\w+|cmalloc_\w+)\s*\([^;{]*\)\s*\{", re.M)
 
 
 def code(path):
