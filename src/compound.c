@@ -1,7 +1,7 @@
-/* compound.c - the calls made of others: calloc, realloc and the aligned forms, built on the
- * fast paths (fastpath.h) and on the modes' own calls (api.c decides which mode takes a
- * block; check.c's and prof.c's realloc hooks). Called by the entry points (override.c).
- * Holds no lock and no state.
+/* compound.c - the calls made of others: calloc, realloc, the aligned forms and
+ * malloc_usable_size, built on the fast paths (fastpath.h) and on the modes' own calls (api.c
+ * decides which mode takes a block; check.c's and prof.c's realloc hooks). Called by the entry
+ * points (override.c). Holds no lock and no state.
  */
 #include "fastpath.h"
 
@@ -96,4 +96,14 @@ void *cm_realloc(void *p, size_t size)
         return resized;
     void *q = CM_UNLIKELY(cm_sampling) ? cm_alloc(size) : cm_alloc_for_realloc(size);
     return move_block(q, p, old, size, cm_free_unchecked);
+}
+
+/* A small block's class size, vetted as realloc vets it (cm_small_class_of); anything else
+ * (the debug mode's blocks, guarded, large and bad pointers) through api.c. The general path
+ * looks the span up and divides: 65 instructions a call against 19 under mimalloc v3
+ * (callgrind, a loop of malloc_usable_size over 64 small blocks). */
+size_t cm_malloc_usable_size(const void *p)
+{
+    size_t size_class = cm_small_class_of(p);
+    return size_class != 0 ? cm_classes[size_class].size : cm_usable_size(p);
 }

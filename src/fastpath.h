@@ -119,9 +119,10 @@ static CM_ALWAYS_INLINE void cm_free(void *p)
 /* The class of p if it starts an object of a SMALL span and carries no free mark, tested as
  * cm_free tests it (so 0 before the thread's first slow path, whose empty lists admit no
  * object); else 0, and the caller takes the general path, which reports a bad pointer. For
- * realloc, which then moves a small block through the fast paths: the general path looks the
+ * realloc, which then moves a small block through the fast paths (the general path looks the
  * span up, divides to find the object start, and allocates and frees through the thread
- * cache's slow paths, 330 instructions a move of sqlite3's string builder (callgrind). */
+ * cache's slow paths: 330 instructions a move of sqlite3's string builder, callgrind), and
+ * for malloc_usable_size. */
 static inline size_t cm_small_class_of(const void *p)
 {
     const cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);

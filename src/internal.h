@@ -371,6 +371,7 @@ static inline bool cm_is_initialized(void) /* acquire: options and tables are vi
 void *cm_alloc_aligned(size_t alignment, size_t size);
 void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);
+size_t cm_malloc_usable_size(const void *p);
 
 /* pool.c and arena.c: also the public cmalloc_pool_* and cmalloc_arena_* (see cmalloc.h) */
 struct cmalloc_pool;

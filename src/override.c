@@ -60,7 +60,7 @@ CM_EXPORT void *CM_ENTRY(realloc)(void *p, size_t size)
 }
 CM_EXPORT size_t CM_ENTRY(malloc_usable_size)(void *p)
 {
-    return cm_usable_size(p);
+    return cm_malloc_usable_size(p);
 }
 
 CM_EXPORT void *CM_ENTRY(reallocarray)(void *p, size_t count, size_t size)
