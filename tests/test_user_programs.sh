@@ -41,7 +41,7 @@ build_all() {
     build fork_dlopen_tls "$CC" -ldl &&
     for name in threads_join join_user_stack fork_stdio fork_in_signal big_tls thread_exit_race \
         fork_thread_churn cancel_malloc spawn_threads glibc_extras oom_threads small_stack \
-        fork_nested cancel_prof clone_child; do
+        fork_nested cancel_prof clone_child resize_handoff; do
         build "$name" "$CC" || return 1
     done &&
     if command -v "$CXX" >/dev/null 2>&1; then
@@ -101,7 +101,7 @@ if [ $# -gt 0 ]; then names="$*"; else
     names="threads_join join_user_stack fork_stdio fork_in_signal atfork_main nothrow_handler big_tls
         thread_exit_race fork_thread_churn cancel_malloc spawn_threads dlopen_cycle glibc_extras
         oom_threads small_stack fork_nested tls_destructors cxx_threads fork_dlopen_tls cancel_prof
-        clone_child"
+        clone_child resize_handoff"
 fi
 for name in $names; do run "$name"; done
 [ "$failures" -eq 0 ] || { echo "test_user_programs: $failures program(s) failed"; exit 1; }
