@@ -146,11 +146,13 @@ void *cm_alloc_for_realloc(size_t size)
  * decides); alignment: a power of two above CM_ALIGNMENT. */
 void *cm_alloc_aligned_unchecked(size_t alignment, size_t size)
 {
-    unsigned size_class = size <= CM_MAX_SMALL && alignment <= CM_PAGE_SIZE
-                              ? cm_aligned_class(alignment,
-                                                 cm_size_class(size < alignment ? alignment : size))
-                              : 0;
-    return size_class != 0 ? alloc_class(size_class) : alloc_large(size, alignment, false);
+    if (size <= CM_MAX_SMALL && alignment <= CM_PAGE_SIZE) {
+        unsigned size_class =
+            cm_aligned_class(alignment, cm_size_class(size < alignment ? alignment : size));
+        if (size_class != 0)
+            return alloc_class(size_class);
+    }
+    return alloc_large(size, alignment, false);
 }
 
 /* ---- free ---------------------------------------------------------------------------------- */

@@ -1,5 +1,6 @@
-/* fastpath.h - the two fast paths, malloc and free on a thread-cache hit, inlined into the
- * entry points (override.c, compound.c, pool.c, arena.c) and nowhere else: they call api.c's
+/* fastpath.h - the two fast paths, malloc and free on a thread-cache hit, and free's test of
+ * a block for realloc and malloc_usable_size (cm_small_class_of), inlined into the entry
+ * points (override.c, compound.c, pool.c, arena.c) and nowhere else: they call api.c's
  * slow paths, the top of the allocator, which no lower layer may do (and thread_cache.c's for a
  * span's local list, which only a live cache with a slot reaches, past every mode api.c
  * decides); api.c does not include this file, so the fast paths stand on the slow paths and
@@ -122,7 +123,9 @@ static CM_ALWAYS_INLINE void cm_free(void *p)
  * realloc, which then moves a small block through the fast paths (the general path looks the
  * span up, divides to find the object start, and allocates and frees through the thread
  * cache's slow paths: 330 instructions a move of sqlite3's string builder, callgrind), and
- * for malloc_usable_size. */
+ * for malloc_usable_size. cm_free writes the same test out rather than call this: shared,
+ * in either shape tried, it cost free a register copy (the fast-path budget's pair 73 -> 74
+ * instructions, tests/test_fastpath_budget.sh). */
 static inline size_t cm_small_class_of(const void *p)
 {
     const cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);

@@ -89,16 +89,19 @@ extern cm_class_lookup cm_class_table;
  * 0s, "not small", which sends every allocation to the slow path at no cost to the fast path. */
 extern const cm_class_lookup *cm_fast_path_classes;
 void cm_size_class_init(void);
-/* For each alignment above CM_ALIGNMENT up to a page (32 << k bytes for row k), the first class
- * from each class up whose size is a multiple of it, so that all its objects are aligned
- * (spans start on page boundaries); 0 where no class is (and for class 0). */
-#define CM_ALIGNED_ROWS (CM_PAGE_SHIFT - 4)
+/* For each alignment above CM_ALIGNMENT up to a page (row k: 2^(CM_ALIGNED_MIN_SHIFT + k)
+ * bytes), the first class from each class up whose size is a multiple of it, so that all its
+ * objects are aligned (spans start on page boundaries); 0 where no class is (and for class
+ * 0). */
+#define CM_ALIGNED_MIN_SHIFT 5 /* row 0's alignment, 32 B */
+#define CM_ALIGNED_ROWS      (CM_PAGE_SHIFT - CM_ALIGNED_MIN_SHIFT + 1)
+_Static_assert(((size_t)1 << CM_ALIGNED_MIN_SHIFT) == 2 * CM_ALIGNMENT,
+               "row 0 of cm_aligned_classes is the first alignment above CM_ALIGNMENT");
 extern uint8_t cm_aligned_classes[CM_ALIGNED_ROWS][CM_CLASSES_MAX];
-_Static_assert(CM_ALIGNMENT == 16, "row 0 of cm_aligned_classes is the alignment after it");
 /* alignment: a power of two from 2 * CM_ALIGNMENT to CM_PAGE_SIZE. */
 static inline unsigned cm_aligned_class(size_t alignment, size_t size_class)
 {
-    return cm_aligned_classes[__builtin_ctzl(alignment) - 5][size_class];
+    return cm_aligned_classes[__builtin_ctzl(alignment) - CM_ALIGNED_MIN_SHIFT][size_class];
 }
 /* Whether size has a class (is at most CM_MAX_SMALL), and which in table; the smaller sizes
  * are tested first, as the malloc fast path wants. */

@@ -102,7 +102,7 @@ void cm_size_class_init(void)
     for (unsigned row = 0; row < CM_ALIGNED_ROWS; row++) {
         uint8_t aligned = 0;
         for (unsigned from = cm_class_count - 1; from >= 1; from--) {
-            if (cm_classes[from].size % ((size_t)32 << row) == 0)
+            if (cm_classes[from].size % ((size_t)1 << (CM_ALIGNED_MIN_SHIFT + row)) == 0)
                 aligned = (uint8_t)from;
             cm_aligned_classes[row][from] = aligned;
         }
