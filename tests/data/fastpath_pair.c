@@ -1,20 +1,42 @@
-/* fastpath_pair.c - malloc(size) then free, n times, after a warm-up that creates the thread
- * cache and fills its list: the thread-cache hit path only. Run twice under callgrind (n = 0
- * and n = N); the difference over N is the instructions per malloc+free pair, loop included. */
+/* fastpath_pair.c - one allocator call pattern, n times, after 1000 of them that create the
+ * thread cache and fill its lists: the thread-cache hit paths only. Run twice under callgrind
+ * (n = 0 and n = N); the difference over N is the instructions per iteration, loop included.
+ *   fastpath_pair N SIZE            malloc(SIZE), free
+ *   fastpath_pair N SIZE realloc    realloc of one block to 3 * SIZE and back (two moves: the
+ *                                   copies are counted too)
+ *   fastpath_pair N SIZE aligned    posix_memalign(64, SIZE), free
+ *   fastpath_pair N SIZE usable     malloc_usable_size of a block of SIZE */
+#include <malloc.h>
 #include <stdlib.h>
+#include <string.h>
+
+static void *volatile sink;
+static volatile size_t usable;
 
 int main(int argc, char **argv)
 {
-    long n = argc > 1 ? atol(argv[1]) : 0;
+    long n = 1000 + (argc > 1 ? atol(argv[1]) : 0);
     size_t size = argc > 2 ? (size_t)atol(argv[2]) : 64;
-    void *volatile sink;
-    for (int i = 0; i < 1000; i++) {
-        sink = malloc(size);
-        free(sink);
-    }
-    for (long i = 0; i < n; i++) {
-        sink = malloc(size);
-        free(sink);
+    const char *mode = argc > 3 ? argv[3] : "pair";
+    void *p;
+    sink = malloc(size);
+    if (strcmp(mode, "realloc") == 0) {
+        for (long i = 0; i < n; i++) {
+            sink = realloc(sink, 3 * size);
+            sink = realloc(sink, size);
+        }
+    } else if (strcmp(mode, "aligned") == 0) {
+        for (long i = 0; i < n; i++)
+            if (posix_memalign(&p, 64, size) == 0)
+                free(p);
+    } else if (strcmp(mode, "usable") == 0) {
+        for (long i = 0; i < n; i++)
+            usable = malloc_usable_size(sink);
+    } else {
+        for (long i = 0; i < n; i++) {
+            sink = malloc(size);
+            free(sink);
+        }
     }
     return 0;
 }
