@@ -63,15 +63,15 @@ static void *produce(void *arg)
         message m = {.number = (unsigned)(uintptr_t)arg * MESSAGES + n, .alignment = 16};
         size_t first = 1 + next(&seed) % 3072;
         void *p = NULL;
-        switch (next(&seed) % 4) {
-        case 0: m.alignment = (size_t)32 << (next(&seed) % 8);
-                if (posix_memalign(&p, m.alignment, first) != 0)
-                    p = NULL;
-                break;
-        case 1: m.alignment = (size_t)32 << (next(&seed) % 8);
+        unsigned how = next(&seed) % 4; /* 0: posix_memalign, 1: aligned_alloc, else malloc */
+        if (how > 1) {
+            p = malloc(first);
+        } else {
+            m.alignment = (size_t)32 << (next(&seed) % 8);
+            if (how == 1)
                 p = aligned_alloc(m.alignment, (first + m.alignment - 1) & ~(m.alignment - 1));
-                break;
-        default: p = malloc(first);
+            else if (posix_memalign(&p, m.alignment, first) != 0)
+                p = NULL;
         }
         if (p == NULL) {
             fail("allocation returned NULL", m.number);
