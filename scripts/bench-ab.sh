@@ -20,6 +20,9 @@
 #   xthr2               alloc-crossthread, 2 producers and 2 consumers
 #   larson8 mstress8 rpm8 xmalloc4 churn8   more threads than this machine's cores (memory)
 #   churn1              thread churn, one thread at a time
+#   imm1 mixed1 pow1    the fast path: 64-byte malloc/free, windows of mixed and of power-law
+#                       sizes (alloc-immediate-64, alloc-window-mixed, alloc-window-powerlaw),
+#                       at any thread count (imm2, pow4, ...)
 #   server1 server2     requests with temporaries over a shared 16,384-slot live set
 #   pool16 pool8 pool24 pool8r pool24r   the pool rows through malloc: 1M x 16 B, 512k x 8 B
 #                       and x 24 B freed in allocation order, and the last two in random order
@@ -55,6 +58,11 @@ row_command() {
     larson*) echo "build/bench/larson_bench --window 5000 --round 50000 --threads ${1#larson}" ;;
     mstress*) echo "build/bench/mstress_bench --slots 1000 --life 10000 --threads ${1#mstress}" ;;
     rpm*) echo "build/bench/rpmalloc_bench --blocks 1000 --round 100 --max-size 16384 --threads ${1#rpm}" ;;
+    imm*) echo "build/bench/alloc_bench --mode=immediate --size-dist=fixed --size 64 --threads ${1#imm}" ;;
+    mixed*) echo "build/bench/alloc_bench --mode=window --size-dist=mixed --size 4096 --window 4096" \
+        "--threads ${1#mixed}" ;;
+    pow*) echo "build/bench/alloc_bench --mode=window --size-dist=powerlaw --size 1048576" \
+        "--window 1024 --threads ${1#pow}" ;;
     xthr*) echo "build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024 --threads ${1#xthr}" ;;
     churn*) echo "build/bench/churn_bench --objects 256 --max-size 4096 --threads ${1#churn}" ;;
     server*) echo "build/bench/server_bench --slots 16384 --max-size 8192 --threads ${1#server}" ;;
