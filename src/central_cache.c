@@ -382,9 +382,11 @@ static void populate_carved(const cm_span *span, const cm_class_info *info, uint
  * run: read but not rewritten, as they carry their links and marks already, and not even read
  * when the whole list fits into an empty *list; when both the list and the fill's ask are at
  * least a 1/CM_PREFETCH_DIVISOR of the span's objects, the span is fetched ahead first. Then
- * never-used objects are carved at the bump pointer. */
+ * never-used objects are carved at the bump pointer, or, with an empty run, when nothing else
+ * was taken and *list is empty, become *run with no link written (thread_cache.c, "fresh
+ * runs"). */
 static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint32_t want,
-                                 void **list)
+                                 void **list, cm_fresh_run *run)
 {
     uint32_t taken = 0;
     void *first = span->free_objects;
@@ -417,7 +419,12 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
     uint32_t carve = carve_count(span, info, taken < want ? want - taken : 0);
     if (span->released && carve > 0)
         populate_carved(span, info, carve);
-    *list = cm_link_carved(span->bump, info->size, carve, *list);
+    if (run != NULL && run->next == run->end && taken == 0 && *list == NULL)
+        *run = (cm_fresh_run){.next = span->bump,
+                              .end = span->bump + (size_t)carve * info->size,
+                              .size = info->size};
+    else
+        *list = cm_link_carved(span->bump, info->size, carve, *list);
     span->bump += (size_t)carve * info->size;
     taken += carve;
     span_add_used(span, taken);
@@ -503,7 +510,8 @@ static int batch_for(central *c, unsigned size_class, unsigned owner)
  * from first, and a fill of CM_CLAIM_FILL objects or more takes the shared or fresh spans it
  * fills from as its own, their frees routed to it from now on; smaller fills (a list in its
  * slow start, and every fill of the classes above 8 KiB) leave them shared. */
-unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner)
+static unsigned fill(unsigned size_class, unsigned count, void **head, unsigned owner,
+                     cm_fresh_run *run)
 {
     central *c = &centrals[size_class];
     unsigned n = 0;
@@ -525,7 +533,7 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsig
         if (span == NULL)
             break;
         bool given_back = span->free_objects != NULL;
-        n += span_take_locked(span, &cm_classes[size_class], count - n, &list);
+        n += span_take_locked(span, &cm_classes[size_class], count - n, &list, run);
         if (claims && span->listed_owner != owner) { /* a shared span: the filler's from now on */
             span_list_remove(c, span);
             cm_pagemap_set_owner(span, owner);
@@ -533,13 +541,29 @@ unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsig
         }
         if (span->free_objects == NULL && span->bump >= span->limit)
             span_list_remove(c, span);
-        if (given_back)
-            break;
+        if (given_back || (run != NULL && 2 * (size_t)(run->end - run->next) >=
+                                                   (size_t)count * cm_classes[size_class].size))
+            break; /* a run of half the ask or more is enough: the rest would be carved */
     }
     c->objects_out += n;
     cm_lock_release(&c->lock);
     *head = list;
     return n;
+}
+
+unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner)
+{
+    return fill(size_class, count, head, owner, NULL);
+}
+
+/* cm_central_fill for a thread cache with an empty run: what the fill would carve from its
+ * first span, when it takes nothing else before, becomes *run instead (its objects counted
+ * out, as carved ones, and in the count returned); the other spans' objects come as a list. */
+unsigned cm_central_fill_fresh(unsigned size_class, unsigned count, void **head, unsigned owner,
+                               cm_fresh_run *run)
+{
+    CM_ASSERT(run->next == run->end);
+    return fill(size_class, count, head, owner, run);
 }
 
 /* Takes back count objects linked from head (NULL-terminated). A full transfer cache doubles

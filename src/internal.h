@@ -223,6 +223,8 @@ void cm_page_heap_fork(int phase);
 
 /* central_cache.c */
 unsigned cm_central_fill(unsigned size_class, unsigned count, void **head, unsigned owner);
+unsigned cm_central_fill_fresh(unsigned size_class, unsigned count, void **head, unsigned owner,
+                               cm_fresh_run *run);
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count);
@@ -407,6 +409,17 @@ static inline bool cm_object_is_free(const void *object)
 static inline void cm_object_hand_out(void *object)
 {
     ((uintptr_t *)object)[1] = 0;
+}
+/* The next object of a fresh run (thread_cache.c, "fresh runs"), handed out; NULL when the run
+ * is empty. */
+static inline void *cm_fresh_run_take(cm_fresh_run *run)
+{
+    char *object = run->next;
+    if (object == run->end)
+        return NULL;
+    run->next = object + run->size;
+    cm_object_hand_out(object);
+    return object;
 }
 /* Moves an object that is on a list (so carries the mark already) to another. */
 static inline uintptr_t cm_link_word(const void *object, const void *next, uintptr_t list_key)

@@ -53,6 +53,8 @@
  * allocation miss takes those lists back whole before it looks at the mailbox. Outboxes: such
  * a free of an object of the owner the class's last sorted list mostly went to goes onto an
  * outbox for that owner, posted whole (see "outboxes" below).
+ * Fresh runs: a fill that would carve a span's never-used objects hands them over as a range
+ * instead, which the fast path takes from once the list is empty (see "fresh runs" below).
  * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
@@ -146,8 +148,16 @@ static size_t claim_budget(size_t want)
     return got;
 }
 
+/* The never-used objects left in size_class's fresh run. */
+static uint32_t run_objects(const cm_thread_cache *cache, unsigned size_class)
+{
+    const cm_fresh_run *run = &cache->runs[size_class];
+    return (uint32_t)((size_t)(run->end - run->next) / cm_classes[size_class].size);
+}
+
 /* Counts list size_class's bytes as they are now in the cache's published size (the other
- * lists count as of their own last slow path). */
+ * lists count as of their own last slow path); its local lists, outbox and fresh run count in
+ * local_published. */
 static void publish(cm_thread_cache *cache, unsigned size_class)
 {
     const size_t size = cm_classes[size_class].size;
@@ -156,7 +166,8 @@ static void publish(cm_thread_cache *cache, unsigned size_class)
                    ((size_t)length - cache->published_length[size_class]) * size;
     cache->published_length[size_class] = length;
     __atomic_store_n(&cache->published_size, bytes, __ATOMIC_RELAXED);
-    uint32_t local = cache->local_objects[size_class] + cache->outboxes[size_class].chain.count;
+    uint32_t local = cache->local_objects[size_class] + cache->outboxes[size_class].chain.count +
+                     run_objects(cache, size_class);
     bytes = cache->local_published +
             ((size_t)local - cache->local_published_objects[size_class]) * size;
     cache->local_published_objects[size_class] = local;
@@ -206,6 +217,42 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
         send_home(cache, size_class, head, n, keep_own);
         count -= n;
     }
+}
+
+/* ---- fresh runs: never-used objects handed out in address order, no link written ----------
+ * A fill that would carve a span's never-used objects into an empty list (the bump pointer of
+ * a span with no given-back objects) hands them to the cache as a range instead
+ * (cm_central_fill_fresh): carving wrote a link and a mark into every object and the pop read
+ * the link back, where the fast path's miss now steps a pointer (fastpath.h's cm_alloc). The
+ * list comes first: what the thread freed is handed out again before the run. A run's objects
+ * are out of their span as a list's are; the cache counts them with its local lists
+ * (local_published), not against its budget: a run is one fill's worth. Exit, the orphan
+ * sweep, an idle class and cmalloc_release give what is left of a run back, carved.
+ * Invariant: next == end, or next starts an object of a SMALL span of the class and end lies
+ * a whole number of objects above it, at or below the span's bump pointer (checked against its
+ * limit: the bump pointer moves under the class's lock). */
+static void run_give_back(cm_thread_cache *cache, unsigned size_class)
+{
+    cm_fresh_run *run = &cache->runs[size_class];
+    uint32_t count = run_objects(cache, size_class);
+    if (count == 0)
+        return;
+    void *head = cm_link_carved(run->next, cm_classes[size_class].size, count, NULL);
+    *run = (cm_fresh_run){.next = NULL};
+    cm_central_flush(size_class, head, count);
+}
+
+static bool run_valid(const cm_thread_cache *cache, unsigned size_class)
+{
+    const cm_fresh_run *run = &cache->runs[size_class];
+    if (run->next == run->end)
+        return true;
+    const cm_span *span = cm_span_of(run->next);
+    const size_t size = cm_classes[size_class].size;
+    return span != NULL && span->state == CM_SPAN_SMALL && span->size_class == size_class &&
+           run->next < run->end && run->end <= span->limit &&
+           (size_t)(run->next - (char *)cm_span_start(span)) % size == 0 &&
+           (size_t)(run->end - run->next) % size == 0;
 }
 
 /* ---- local lists: what a full list has no room for, of spans the thread owns --------------
@@ -456,6 +503,7 @@ static void release_all(cm_thread_cache *cache, bool keep_lists)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         local_give_back_class(cache, size_class);
+        run_give_back(cache, size_class);
         if (keep_lists)
             send_others_home(cache, size_class);
         else
@@ -1144,6 +1192,7 @@ static void release_idle_lists(cm_thread_cache *cache, uint64_t now)
         }
         release_idle_mailbox(cache, size_class); /* an unused class's mail too, list or not */
         local_give_back_class(cache, size_class);
+        run_give_back(cache, size_class);
         outbox_collect_for(cache, size_class, CM_NO_OWN_SLOT);
         publish(cache, size_class);
         if (list->head != NULL) {
@@ -1182,7 +1231,8 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     open_slot_on_miss(cache);
     cache->idle_head[size_class] = LIST_MISSED;
     cm_free_list *list = &cache->lists[size_class];
-    if (list->head == NULL && !take_local(cache, size_class) && !take_mailbox(cache, size_class)) {
+    if (list->head == NULL && run_objects(cache, size_class) == 0 &&
+        !take_local(cache, size_class) && !take_mailbox(cache, size_class)) {
         uint64_t now = cm_os_now_ms();
         release_idle_lists(cache, now);
         grow(cache, size_class);
@@ -1191,12 +1241,15 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         uint32_t most = fill_most(size_class);
         uint32_t want = list->max_length < most ? list->max_length : most;
         cm_central_tick(now);
-        unsigned n = cm_central_fill(size_class, want > 0 ? want : 1, &head, owner_slot(cache));
+        unsigned n = cm_central_fill_fresh(size_class, want > 0 ? want : 1, &head,
+                                           owner_slot(cache), &cache->runs[size_class]);
         if (n == 0)
             return NULL;
-        fill_list_with(cache, size_class, head, n);
+        if (head != NULL)
+            fill_list_with(cache, size_class, head, n - run_objects(cache, size_class));
     }
-    void *object = cm_free_list_pop(list);
+    void *object = list->head != NULL ? cm_free_list_pop(list)
+                                      : cm_fresh_run_take(&cache->runs[size_class]);
     publish(cache, size_class);
     if (over_budget(cache, 0))
         scavenge(cache, 0);
@@ -1238,19 +1291,21 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
     publish(cache, size_class);
 }
 
+/* The stock first: what its lists send home to this thread's mailbox goes back with it. */
 void cm_thread_cache_flush_current(void)
 {
+    release_stock(0, true);
     if (thread_state == THREAD_LIVE) {
         release_all(cm_thread_cache_current, false);
         flush_remote(cm_thread_cache_current);
     }
-    release_stock(0, true);
 }
 
 static size_t held_objects(const cm_thread_cache *cache, unsigned size_class)
 {
     return (size_t)cm_free_list_length(&cache->lists[size_class]) +
-           cache->local_objects[size_class] + cache->outboxes[size_class].chain.count;
+           cache->local_objects[size_class] + cache->outboxes[size_class].chain.count +
+           run_objects(cache, size_class);
 }
 
 static size_t held_bytes(const cm_thread_cache *cache)
@@ -1307,7 +1362,8 @@ bool cm_thread_cache_valid(void)
             list->start_magic != cm_classes[size_class].divisor_magic ||
             list->start_limit != cm_classes[size_class].start_limit ||
             list->max_length > list_cap(size_class) + cm_classes[size_class].batch ||
-            !local_lists_valid(cache, size_class) || !outbox_valid(cache, size_class))
+            !local_lists_valid(cache, size_class) || !outbox_valid(cache, size_class) ||
+            !run_valid(cache, size_class))
             return false;
         capacity += (size_t)list->max_length * cm_classes[size_class].size;
         published += (size_t)cache->published_length[size_class] * cm_classes[size_class].size;

@@ -138,6 +138,16 @@ typedef struct cm_outbox {
     uint32_t plain_posts;  /* posts to gather as plain chains before runs are measured again */
 } cm_outbox;
 
+/* A class's fresh run (thread_cache.c, "fresh runs"): never-used objects a fill cut from a
+ * span's bump pointer, handed out in address order from next up to end, with no link written.
+ * Empty when next == end (both NULL in a new cache). */
+typedef struct cm_fresh_run {
+    char *next;
+    char *end;
+    size_t size;   /* the class's, kept here: the fast path reads no class table for it */
+    uintptr_t pad; /* as long as a list: runs[c] lies at a fixed distance from lists[c] */
+} cm_fresh_run;
+
 typedef struct cm_thread_cache {
     cm_free_list lists[CM_CLASSES_MAX]; /* lists[0] is never used: class 0 means "not small" */
     int64_t sample_left;                /* while sampling, bytes the thread's pops may hand out
@@ -179,7 +189,10 @@ typedef struct cm_thread_cache {
     uint16_t outbox_slot[CM_CLASSES_MAX]; /* the owner each class's outbox collects for;
                                              CM_NO_OWN_SLOT: none */
     cm_outbox outboxes[CM_CLASSES_MAX];
+    cm_fresh_run runs[CM_CLASSES_MAX];
 } cm_thread_cache;
+_Static_assert(sizeof(cm_fresh_run) == sizeof(cm_free_list),
+               "malloc finds a class's run at a fixed distance from its list");
 #define CM_NO_OWN_SLOT 0xffff
 
 #endif /* CM_TYPES_H */

@@ -73,6 +73,22 @@ static uint32_t mailbox_count(unsigned size_class)
     return count;
 }
 
+/* Whether the calling thread's next allocation of size_class comes without a miss: from its
+ * list, or from its fresh run (thread_cache.c). */
+static bool serves_without_a_miss(unsigned size_class)
+{
+    const cm_thread_cache *cache = cm_thread_cache_current;
+    return cache->lists[size_class].head != NULL ||
+           cache->runs[size_class].next != cache->runs[size_class].end;
+}
+
+/* Whether it comes without a fill from the central cache: as above, or from its local lists. */
+static bool serves_without_a_fill(unsigned size_class)
+{
+    return serves_without_a_miss(size_class) ||
+           cm_thread_cache_current->local_objects[size_class] > 0;
+}
+
 /* Allocates count blocks of size with this thread's list of their class empty before and
  * after, so that the blocks come from fills and the next allocation misses; what the list
  * held and what the fills brought beyond the blocks go to keep (4096 at most): returns how
@@ -80,11 +96,11 @@ static uint32_t mailbox_count(unsigned size_class)
 static unsigned allocate_before_a_miss(size_t size, void **out, int count, void **keep)
 {
     unsigned c = cm_size_class(size), kept = 0;
-    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+    while (serves_without_a_miss(c) && kept < 4096)
         keep[kept++] = malloc(size);
     for (int i = 0; i < count; i++)
         out[i] = malloc(size);
-    while (cm_thread_cache_current->lists[c].head != NULL && kept < 4096)
+    while (serves_without_a_miss(c) && kept < 4096)
         keep[kept++] = malloc(size);
     return kept;
 }
@@ -296,8 +312,8 @@ static void an_idle_class_mailbox_is_given_back(void **state)
     void *held[256];
     for (int round = 0; round < 100 && mailbox_count(c) > 0; round++) {
         cm_os_sleep_ms(25);
-        unsigned n = 0; /* through the other class's list to a miss, which runs the check */
-        while (n < 255 && cm_thread_cache_current->lists[other].head != NULL)
+        unsigned n = 0; /* through the other class's list to a fill, which runs the check */
+        while (n < 255 && serves_without_a_fill(other))
             held[n++] = malloc(3000);
         held[n++] = malloc(3000);
         while (n > 0)
@@ -679,10 +695,20 @@ typedef struct {
     unsigned count;
 } kept_blocks;
 
-/* A block of size from a span with room that the calling thread's fills took as its own: the
- * thread allocates blocks of the class until its fills ask for enough to claim their spans
- * (CM_CLAIM_FILL objects; the first fills of a class are smaller and leave spans shared). The
- * blocks before it go in *kept, for the caller to free. */
+/* The objects of span in the calling thread's fresh run of its class (thread_cache.c): out of
+ * the span until the run goes back, at the latest when the thread exits. */
+static uint32_t in_own_run(const cm_span *span)
+{
+    const cm_fresh_run *run = &cm_thread_cache_current->runs[span->size_class];
+    bool here = run->next != run->end && cm_span_of(run->next) == span;
+    return here ? (uint32_t)((size_t)(run->end - run->next) / run->size) : 0;
+}
+
+/* A block of size from a span with room (or objects in the thread's fresh run) that the
+ * calling thread's fills took as its own: the thread allocates blocks of the class until its
+ * fills ask for enough to claim their spans (CM_CLAIM_FILL objects; the first fills of a class
+ * are smaller and leave spans shared). The blocks before it go in *kept, for the caller to
+ * free. */
 static void *allocate_owned(size_t size, kept_blocks *kept)
 {
     for (;;) {
@@ -690,7 +716,7 @@ static void *allocate_owned(size_t size, kept_blocks *kept)
         const cm_span *span = cm_span_of(block);
         unsigned slot = cm_thread_cache_current->slot;
         if (slot != 0 && cm_pagemap_owner(block) == slot &&
-            span->used < cm_classes[span->size_class].objects)
+            span->used - in_own_run(span) < cm_classes[span->size_class].objects)
             return block;
         assert_true(kept->count < KEPT_MOST);
         kept->blocks[kept->count++] = block;
@@ -756,6 +782,7 @@ static void *allocate_one_owned(void *arg)
 {
     owned_note *note = arg;
     note->block = allocate_owned(OWNED_SIZE, &note->kept);
+    free(malloc(OWNED_SIZE)); /* on the list even when the last ones came from a fresh run */
     note->listed = cm_thread_cache_current->lists[cm_size_class(OWNED_SIZE)].head;
     note->slot = cm_thread_cache_current->slot;
     return NULL;
@@ -1013,9 +1040,11 @@ static void *empty_a_list_then_look(void *arg)
     void *look = malloc(LOOK_SIZE); /* the cache's first look: it only sets the clock */
     static kept_blocks before;
     m->blocks[m->count++] = allocate_owned(MISSED_SIZE, &before); /* its fills claim now */
-    do /* misses and pops, from a span of this thread's with room left, to an empty list */
+    do /* misses and pops, from a span of this thread's with room left, to an empty list (and
+          an empty fresh run, which may have taken its span's last objects: then on) */
         m->blocks[m->count++] = malloc(MISSED_SIZE);
-    while ((m->count < 3 || cm_thread_cache_current->lists[c].head != NULL) &&
+    while ((m->count < 3 || serves_without_a_miss(c) ||
+            cm_span_of(m->blocks[m->count - 1])->used >= cm_classes[c].objects) &&
            m->count < MISSED_MOST);
     m->room_left = cm_span_of(m->blocks[m->count - 1])->used < cm_classes[c].objects;
     usleep((useconds_t)(cm_release_interval_ms() + 100) * 1000);
@@ -1263,7 +1292,7 @@ static void a_plain_stack_past_a_lists_cap_goes_to_the_central_cache(void **stat
     /* this thread's next miss of the class takes the mailbox */
     static void *emptied[CM_LIST_OBJECTS_MAX];
     unsigned popped = 0;
-    while (cm_thread_cache_current->lists[c].head != NULL && popped < CM_LIST_OBJECTS_MAX)
+    while (serves_without_a_miss(c) && popped < CM_LIST_OBJECTS_MAX)
         emptied[popped++] = malloc(OUTBOX_SIZE);
     size_t cached, out_before = cm_central_objects_out(c, &cached);
     void *one = malloc(OUTBOX_SIZE);

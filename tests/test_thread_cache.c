@@ -3,8 +3,10 @@
  * at most CMALLOC_THREAD_CACHE_MAX, what the lists may hold within four), cross-thread frees
  * travelling as whole batches, caches given back at thread exit, a free that waits on a lock
  * not marking its object before it has it, lists left unused giving their objects back, a
- * forked child freeing again what another thread freed before the fork, and an exited
- * thread's lists stocked for the next thread to start with. */
+ * forked child freeing again what another thread freed before the fork, an exited
+ * thread's lists stocked for the next thread to start with, and fresh runs (never-used
+ * objects a fill hands over as a range: handed out in address order after the list's, given
+ * back with the cache). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -650,6 +652,70 @@ static void stocked_lists_go_back_when_stale_or_released(void **state)
     assert_true(cm_heap_check());
 }
 
+/* A class no other test here uses, so that the fills below cut fresh spans, whose objects
+ * come as runs (but for those a fill takes from its second span on, as a list). */
+#define FRESH_SIZE 336
+enum { FRESH_OBJECTS = 200 };
+static void *fresh_objects[FRESH_OBJECTS];
+
+static void *use_fresh_runs(void *arg)
+{
+    (void)arg;
+    const unsigned c = cm_size_class(FRESH_SIZE);
+    const size_t size = cm_classes[c].size;
+    cm_thread_cache *cache = cm_thread_cache_current;
+    unsigned from_runs = 0;
+    for (unsigned i = 0; i < FRESH_OBJECTS; i++) {
+        cache = cm_thread_cache_current; /* made by the first call */
+        cm_fresh_run *run = &cache->runs[c];
+        char *expected = cache->lists[c].head == NULL && run->next != run->end ? run->next : NULL;
+        fresh_objects[i] = malloc(FRESH_SIZE);
+        CHECK(fresh_objects[i] != NULL);
+        if (expected != NULL) { /* an empty list: the run's next object, then the one above */
+            CHECK(fresh_objects[i] == expected);
+            CHECK(run->next == expected + size || run->next == run->end);
+            from_runs++;
+        }
+        CHECK(cm_thread_cache_valid());
+    }
+    CHECK(from_runs > FRESH_OBJECTS / 2); /* fresh spans come as runs, not carved lists */
+    CHECK(cm_heap_check());
+    /* With an empty list and objects left in the run, a freed object is handed out again
+     * before the run's next one. */
+    cm_fresh_run *run = &cache->runs[c];
+    void *more[FRESH_OBJECTS + 1];
+    unsigned extra = 0;
+    while ((run->next == run->end || cache->lists[c].head != NULL) && extra < FRESH_OBJECTS)
+        more[extra++] = malloc(FRESH_SIZE);
+    CHECK(run->next != run->end && cache->lists[c].head == NULL);
+    char *next = run->next;
+    void *freed = fresh_objects[1];
+    free(freed);
+    fresh_objects[1] = malloc(FRESH_SIZE);
+    CHECK(fresh_objects[1] == freed);
+    more[extra] = malloc(FRESH_SIZE);
+    CHECK(more[extra++] == next);
+    for (unsigned i = 0; i < FRESH_OBJECTS; i++)
+        free(fresh_objects[i]);
+    for (unsigned i = 0; i < extra; i++)
+        free(more[i]);
+    CHECK(cm_thread_cache_valid() && cm_heap_check());
+    return NULL;
+}
+
+static void fresh_runs_hand_out_in_address_order_and_go_back(void **state)
+{
+    (void)state;
+    const unsigned c = cm_size_class(FRESH_SIZE);
+    cmalloc_release();
+    size_t cached, out_before = cm_central_objects_out(c, &cached);
+    run_checked(use_fresh_runs);
+    cmalloc_release(); /* the stocked cache's lists too */
+    size_t out_after = cm_central_objects_out(c, &cached);
+    assert_int_equal(out_after, out_before); /* the runs' objects came back with the cache */
+    assert_true(cm_heap_check());
+}
+
 /* Rounds of threads started together and exiting in any order: every one takes a stocked
  * cache or a fresh one and leaves its own, the stock stays within CM_STOCKED_CACHES caches of
  * CM_STOCKED_BYTES, and the registry of live caches stays whole (a cache taken from the stock
@@ -725,6 +791,7 @@ int main(void)
         cmocka_unit_test(the_next_thread_starts_with_the_last_ones_lists),
         cmocka_unit_test(stocked_lists_go_back_when_stale_or_released),
         cmocka_unit_test(churning_threads_keep_the_stock_bounded),
+        cmocka_unit_test(fresh_runs_hand_out_in_address_order_and_go_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
