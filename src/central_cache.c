@@ -234,11 +234,12 @@ static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
 /* Gives back the runs an owner took from its mailbox (internal.h, "runs": count objects of
  * size_class in all), each spliced onto its span's list by its header, with no object walked:
  * only heads and last objects are touched. A span whose every object came back goes to the
- * page heap, to be carved again from its start (a fill then writes its links in address order
- * instead of handing out a chain of objects another core wrote last); a span that was full is
- * listed again only once a 1/CM_SPAN_WAKE_DIVISOR of it is free, so that the fills that follow
- * carve instead of taking a few returned objects at a time while the rest of the span is still
- * on its way home. A header that does not add up is reported as list corruption. */
+ * page heap, to be cut again from its start (a fill then hands its objects out in address
+ * order, as a fresh run or carved links, instead of a chain of objects another core wrote
+ * last); a span that was full is listed again only once a 1/CM_SPAN_WAKE_DIVISOR of it is
+ * free, so that the fills that follow cut never-used objects instead of taking a few returned
+ * ones at a time while the rest of the span is still on its way home. A header that does not
+ * add up is reported as list corruption. */
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
 {
     central *c = &centrals[size_class];

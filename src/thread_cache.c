@@ -43,11 +43,12 @@
  * less than a batch; after a list of mostly its own, the next few go unsorted). An allocation
  * miss takes the mailbox of its class, whole, before it asks the central cache: long runs (and
  * more than a list holds, which only posts of long runs may leave there) go back to their spans
- * and the fill that follows asks for up to CM_FILL_BYTES, carving what came back whole; short
- * ones (and the 16-byte class's) become the list as they are. An idle
- * list's mailbox goes to the central cache with it. Exit and the orphan sweep close the
- * mailboxes, give back what they held and park the slot, with its spans, for the next cache
- * that frees their objects, or else the next to open one (parked_lock, inside registry_lock).
+ * and the fill that follows asks for up to CM_FILL_BYTES, cutting what came back whole anew (a
+ * fresh run, or carved links); short ones (and the 16-byte class's) become the list as they
+ * are. An idle list's mailbox goes to the central cache with it. Exit and the orphan sweep
+ * close the mailboxes, give back what they held and park the slot, with its spans, for the next
+ * cache that frees their objects, or else the next to open one (parked_lock, inside
+ * registry_lock).
  * Local lists: a free that finds its list full, of an object of a span the cache's slot owns,
  * goes onto that span's own list instead of flushing a batch (see "local lists" below); an
  * allocation miss takes those lists back whole before it looks at the mailbox. Outboxes: such
