@@ -162,7 +162,8 @@ struct cmalloc_pool_head {
                         word_base is free); a word that is always 0 in a THREAD_SAFE pool */
     char *word_base; /* the object of the word's bit 0 */
     size_t stride;   /* object size, rounded up to its alignment */
-    size_t in_use;   /* what cmalloc_pool_in_use returns */
+    size_t in_use;   /* what cmalloc_pool_in_use returns (0 in a THREAD_SAFE pool, which
+                        counts its allocations and frees apart, in the library) */
     /* free */
     uint64_t stride_inverse; /* inverse of the stride's odd part, modulo 2^64 */
     unsigned stride_shift;   /* the stride's power of two */

@@ -19,9 +19,10 @@
  *                    class idle, shares them. A fill takes a span as its own only when it asks
  *                    for CM_CLAIM_FILL objects or more.
  *
- * Callers: thread_cache.c (fill on a miss, flush on overflow or thread exit, one object at a
- * time for a thread whose cache is gone, the runs of a mailbox, a span's local list), alloc.c (drain before a retry
- * when the OS refuses memory) and background.c (the decay tick).
+ * Callers: thread_cache.c (fill on a miss, as a list or with a fresh run of never-used objects
+ * first, flush on overflow or thread exit, one object at a time for a thread whose cache is
+ * gone, the runs of a mailbox, a span's local list), alloc.c (drain before a retry when the OS
+ * refuses memory) and background.c (the decay tick).
  * Release by age: batches that sat in a transfer cache through a whole interval of
  * CMALLOC_RELEASE_DELAY_MS (below the interval's low-water mark) go back to their spans, so
  * that spans can empty and the page heap can return them; checked on fills and flushes.

@@ -55,7 +55,8 @@ _Static_assert(sizeof(cm_class_info) == 32, "cm_class_info is indexed by a shift
  * when page - span->page < span->pages and the state is not DEAD.
  *
  * SMALL span invariant:  used + |free_objects| + (limit - bump) / size == objects of the class.
- * The objects on local_free count as used: to the central cache they are in a thread cache.
+ * The objects on local_free, and those of a thread cache's fresh run, count as used: to the
+ * central cache they are in a thread cache.
  */
 enum { CM_SPAN_DEAD = 0, CM_SPAN_FREE, CM_SPAN_SMALL, CM_SPAN_LARGE, CM_SPAN_MAPPED };
 
