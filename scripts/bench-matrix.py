@@ -142,7 +142,8 @@ WORKLOADS = [  # (name, kind, command, what it measures: the paragraph under its
     *_pool_workloads(),
     ("orderbook", "orderbook", "build/orderbook replay",
      "build/orderbook replay: the order-book driver replaying a generated message stream, T "
-     "independent books on T threads. Ops are messages; latency per message. cmalloc-pool: "
+     "independent books on T threads, each book replaying it --passes times (a fresh book "
+     "each time). Ops are messages; latency per message. cmalloc-pool: "
      "cmalloc with --alloc pool (orders from cmalloc's object pool)."),
     ("orderbook-pipeline", "orderbook", "build/orderbook replay --pipeline",
      "build/orderbook replay --pipeline: as above with a gateway thread per book allocating "
@@ -172,11 +173,14 @@ PACKAGE_OF = {name: pkg for name, _, pkg in SYSTEM_ALLOCATORS}
 
 # Run lengths. quick: ~0.15 s a run, 3 repetitions; full: ~1.1 s a run, 5 repetitions.
 # hf_*: hyperfine runs (and warm-up runs) of each whole program per repetition.
+# ob_*: the order book's stream and its passes (each book replays it ob_passes times, a fresh
+# book each time): one pass of 500,000 messages is about 20 ms, too short a run to time on a
+# shared machine, where a single preemption moved a cell's median by 20%.
 MODES = {
     "quick": dict(reps=3, seconds="0.08", warmup="0.02", hf_runs=1, hf_warmup=0,
-                  ob_messages=100000),
+                  ob_messages=100000, ob_passes=4),
     "full": dict(reps=5, seconds="0.8", warmup="0.2", hf_runs=2, hf_warmup=1,
-                 ob_messages=500000),
+                 ob_messages=500000, ob_passes=8),
 }
 
 RUNS_HEADER = ("rep,workload,allocator,threads,params,ops_per_sec,wall_s,p50_ns,p99_ns,p999_ns,"
@@ -294,8 +298,8 @@ class Matrix:
         self.mode = "quick" if opt["quick"] else "full"
         m = MODES[self.mode]
         self.reps, self.seconds, self.warmup = opt["reps"], opt["seconds"], m["warmup"]
-        self.hf_runs, self.hf_warmup, self.ob_messages = m["hf_runs"], m["hf_warmup"], \
-            m["ob_messages"]
+        self.hf_runs, self.hf_warmup = m["hf_runs"], m["hf_warmup"]
+        self.ob_messages, self.ob_passes = m["ob_messages"], m["ob_passes"]
         self.threads = opt["threads"]
         self.out = opt["out"]
         self.alloc_names, self.alloc_lib = [], {}
@@ -611,9 +615,10 @@ class Matrix:
             cmd += ["--threads", t, "--seconds", self.seconds, "--warmup", self.warmup,
                     "--label", name]
         else:
-            cmd = cmd[:2] + [self.ob_file] + cmd[2:] + ["--threads", t]
-            params = "messages=%d" % self.ob_messages + (";pipeline" if "--pipeline" in cmd
-                                                         else "")
+            cmd = cmd[:2] + [self.ob_file] + cmd[2:] + ["--threads", t, "--passes",
+                                                        str(self.ob_passes)]
+            params = "messages=%d;passes=%d" % (self.ob_messages, self.ob_passes) + (
+                ";pipeline" if "--pipeline" in cmd else "")
         exe = [os.path.join(self.snap, cmd[0][len("build/"):])] + cmd[1:]  # the snapshot's
         preload = ["env"] + (["LD_PRELOAD=" + rlib] if rlib else [])
         timeout = ["timeout", "-k", "5", str(self.limit)]

@@ -695,6 +695,9 @@ static void replay_modes_agree(void **state)
         {.threads = 2},
         {.threads = 1, .pipeline = 1},
         {.threads = 2, .pipeline = 1},
+        /* passes: the same figures as one, and the trade file holds the first pass's only */
+        {.threads = 1, .passes = 3},
+        {.threads = 2, .pipeline = 1, .passes = 2},
     };
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         ob_replay_options o = modes[i];
@@ -747,6 +750,7 @@ static void replay_pool(void **state)
         {.threads = 1, .use_pool = 1},
         {.threads = 2, .use_pool = 1},
         {.threads = 1, .pipeline = 1, .use_pool = 1},
+        {.threads = 1, .pipeline = 1, .use_pool = 1, .passes = 3},
     };
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         if (!have_pool()) {

@@ -226,6 +226,8 @@ typedef struct ob_replay_options {
     int threads;             /* independent books, one thread each (or one pipeline each) */
     int pipeline;            /* gateway thread + matching thread per book */
     int use_pool;            /* orders from the cmalloc object pool */
+    int passes;              /* times each book replays the stream, a fresh book each time
+                                (0 or 1: once) */
 } ob_replay_options;
 
 typedef struct ob_replay_result {
@@ -236,7 +238,7 @@ typedef struct ob_replay_result {
     uint64_t resting;           /* per book, at the end */
     uint64_t checksum;          /* of book 0's trades (every book must agree) */
     double seconds;             /* wall time of the replay, all books in parallel */
-    double messages_per_second; /* messages * books / seconds */
+    double messages_per_second; /* messages * books * passes / seconds */
     double ns_p50, ns_p90, ns_p99, ns_p999, ns_max; /* per message, all books merged */
 } ob_replay_result;
 

@@ -2,6 +2,7 @@
  *
  *   orderbook gen --messages N --seed S [--depth D]          a stream on standard output
  *   orderbook replay FILE [--trades OUT] [--threads T] [--pipeline] [--alloc malloc|pool]
+ *                         [--passes P]
  *
  * replay parses FILE completely first (a parse error stops it with "file:line: expected ..."
  * and exit status 2), replays it, and prints the summary as "key: value" lines (README.md).
@@ -17,7 +18,8 @@ static void usage(void)
 {
     fputs("usage: orderbook gen --messages N --seed S [--depth D]\n"
           "       orderbook replay FILE [--trades OUT] [--threads T] [--pipeline]"
-          " [--alloc malloc|pool]\n",
+          " [--alloc malloc|pool]\n"
+          "                            [--passes P]\n",
           stderr);
     exit(2);
 }
@@ -72,6 +74,8 @@ static int replay_main(int argc, char **argv)
                 usage();
         } else if (strcmp(argv[i], "--threads") == 0) {
             options.threads = (int)parse_count("--threads", argv[++i], 1, 1024);
+        } else if (strcmp(argv[i], "--passes") == 0) {
+            options.passes = (int)parse_count("--passes", argv[++i], 1, 1000000);
         } else if (strcmp(argv[i], "--pipeline") == 0) {
             options.pipeline = 1;
         } else if (strcmp(argv[i], "--alloc") == 0) {

@@ -91,10 +91,11 @@ typedef struct worker {
     FILE *trades_out;  /* book 0 with --trades only */
     /* results */
     ob_histogram histogram;
-    uint64_t trades, checksum, resting;
-    uint64_t results[OB_RESULT_COUNT];
+    uint64_t trades, checksum, resting; /* trades and checksum: of the pass under way */
+    uint64_t results[OB_RESULT_COUNT];  /* of the pass under way */
+    uint64_t first_trades, first_checksum, first_results[OB_RESULT_COUNT]; /* the first pass's */
     uint64_t start_ns, end_ns;
-    int failed;
+    int failed; /* the first pass that disagreed with the first one, else 0 */
 } worker;
 
 static uint64_t now_ns(void)
@@ -102,6 +103,11 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static unsigned passes_of(const ob_replay_options *options)
+{
+    return options->passes < 1 ? 1 : (unsigned)options->passes;
 }
 
 static void drain(worker *w, ob_trades *ring)
@@ -140,7 +146,8 @@ static void *gateway_main(void *arg)
     unsigned spins = 0;
     touch_stream(w->stream);
     pthread_barrier_wait(w->start);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0, total = n * passes_of(w->options); k < total; k++) {
+        size_t i = k % n;
         while (tail - q->cached_head == QUEUE_SLOTS) {
             q->cached_head = atomic_load_explicit(&q->head, memory_order_acquire);
             if (tail - q->cached_head == QUEUE_SLOTS)
@@ -159,6 +166,27 @@ static void *gateway_main(void *arg)
         atomic_store_explicit(&q->tail, ++tail, memory_order_release);
     }
     return NULL;
+}
+
+/* After a pass over the stream: the first pass's figures are the book's (and only its trades
+ * go to the trade file); every later one must repeat them exactly, as it replays the same
+ * stream into a fresh book, and starts its own count. */
+static void pass_done(worker *w, unsigned pass, uint64_t resting)
+{
+    if (pass == 0) {
+        w->resting = resting;
+        memcpy(w->first_results, w->results, sizeof(w->results));
+        w->first_trades = w->trades;
+        w->first_checksum = w->checksum;
+        w->trades_out = NULL;
+    } else if (w->trades != w->first_trades || w->checksum != w->first_checksum ||
+               resting != w->resting ||
+               memcmp(w->results, w->first_results, sizeof(w->results)) != 0) {
+        w->failed = (int)pass;
+    }
+    memset(w->results, 0, sizeof(w->results));
+    w->trades = 0;
+    w->checksum = OB_CHECKSUM_INIT;
 }
 
 /* After each message: records its latency (since t0), drains the trade ring off the clock
@@ -193,31 +221,41 @@ static void *matcher_main(void *arg)
     touch_stream(w->stream);
     pthread_barrier_wait(w->start);
     w->start_ns = now_ns();
-    uint64_t t0 = ob_clock_ticks();
-    if (!q) {
-        for (size_t i = 0; i < n; i++) {
-            results[ob_book_apply(book, &msgs[i], NULL)]++;
-            t0 = message_done(w, &ring, hist, t0);
-        }
-    } else {
-        size_t head = 0;
-        unsigned spins = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (head == q->cached_tail) {
-                while ((q->cached_tail = atomic_load_explicit(&q->tail, memory_order_acquire)) ==
-                       head)
-                    spin_pause(&spins);
-                t0 = ob_clock_ticks(); /* waiting is not the message's latency */
+    const unsigned passes = passes_of(w->options);
+    size_t head = 0;
+    unsigned spins = 0;
+    for (unsigned pass = 0; pass < passes; pass++) {
+        if (pass > 0) { /* a fresh book; the last one's resting orders are freed on the clock */
+            ob_book_destroy(book);
+            if (!(book = ob_book_create(&ring, &w->allocator))) {
+                fputs("orderbook: out of memory\n", stderr);
+                abort();
             }
-            handoff h = q->slots[head & (QUEUE_SLOTS - 1)];
-            atomic_store_explicit(&q->head, ++head, memory_order_release);
-            results[ob_book_apply(book, h.msg, h.order)]++;
-            t0 = message_done(w, &ring, hist, t0);
         }
+        uint64_t t0 = ob_clock_ticks();
+        if (!q) {
+            for (size_t i = 0; i < n; i++) {
+                results[ob_book_apply(book, &msgs[i], NULL)]++;
+                t0 = message_done(w, &ring, hist, t0);
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                if (head == q->cached_tail) {
+                    while ((q->cached_tail =
+                                atomic_load_explicit(&q->tail, memory_order_acquire)) == head)
+                        spin_pause(&spins);
+                    t0 = ob_clock_ticks(); /* waiting is not the message's latency */
+                }
+                handoff h = q->slots[head & (QUEUE_SLOTS - 1)];
+                atomic_store_explicit(&q->head, ++head, memory_order_release);
+                results[ob_book_apply(book, h.msg, h.order)]++;
+                t0 = message_done(w, &ring, hist, t0);
+            }
+        }
+        drain(w, &ring);
+        pass_done(w, pass, ob_book_resting(book));
     }
-    drain(w, &ring);
     w->end_ns = now_ns();
-    w->resting = ob_book_resting(book);
     ob_book_destroy(book);
     ob_trades_destroy(&ring);
     return NULL;
@@ -298,8 +336,13 @@ int ob_replay(const ob_stream *stream, const ob_replay_options *options, ob_repl
     uint64_t first = UINT64_MAX, last = 0;
     for (int b = 0; b < books; b++) {
         worker *w = &workers[b];
-        if (w->checksum != workers[0].checksum || w->trades != workers[0].trades ||
-            w->resting != workers[0].resting) {
+        if (w->failed) {
+            fprintf(stderr, "orderbook: book %d: pass %d disagrees with its first pass\n", b,
+                    w->failed + 1);
+            status = 2;
+        } else if (w->first_checksum != workers[0].first_checksum ||
+                   w->first_trades != workers[0].first_trades ||
+                   w->resting != workers[0].resting) {
             fprintf(stderr, "orderbook: book %d disagrees with book 0\n", b);
             status = 2;
         }
@@ -312,17 +355,19 @@ int ob_replay(const ob_stream *stream, const ob_replay_options *options, ob_repl
     }
     worker *w0 = &workers[0];
     result->messages = stream->count;
-    result->trades = w0->trades;
+    result->trades = w0->first_trades;
     result->resting = w0->resting;
-    result->checksum = w0->checksum;
+    result->checksum = w0->first_checksum;
     for (int r = 0; r < OB_RESULT_COUNT; r++) {
-        result->rejects_by_reason[r] = w0->results[r];
+        result->rejects_by_reason[r] = w0->first_results[r];
         if (r != OB_OK)
-            result->rejects += w0->results[r];
+            result->rejects += w0->first_results[r];
     }
     result->seconds = (double)(last - first) / 1e9;
     result->messages_per_second =
-        result->seconds > 0 ? (double)stream->count * books / result->seconds : 0;
+        result->seconds > 0
+            ? (double)stream->count * books * passes_of(options) / result->seconds
+            : 0;
     double k = ob_clock_ns_per_tick();
     result->ns_p50 = (double)ob_histogram_quantile(all, 0.50) * k;
     result->ns_p90 = (double)ob_histogram_quantile(all, 0.90) * k;
@@ -353,6 +398,7 @@ void ob_replay_print(FILE *out, const ob_replay_options *options, const ob_repla
     fprintf(out, "threads: %d\n", options->threads < 1 ? 1 : options->threads);
     fprintf(out, "pipeline: %d\n", options->pipeline ? 1 : 0);
     fprintf(out, "alloc: %s\n", options->use_pool ? "pool" : "malloc");
+    fprintf(out, "passes: %u\n", passes_of(options));
     fprintf(out, "seconds: %.6f\n", r->seconds);
     fprintf(out, "messages_per_second: %.0f\n", r->messages_per_second);
     fprintf(out, "latency_p50_ns: %.0f\n", r->ns_p50);
