@@ -341,8 +341,7 @@ int ob_replay(const ob_stream *stream, const ob_replay_options *options, ob_repl
                     w->failed + 1);
             status = 2;
         } else if (w->first_checksum != workers[0].first_checksum ||
-                   w->first_trades != workers[0].first_trades ||
-                   w->resting != workers[0].resting) {
+                   w->first_trades != workers[0].first_trades || w->resting != workers[0].resting) {
             fprintf(stderr, "orderbook: book %d disagrees with book 0\n", b);
             status = 2;
         }
@@ -365,9 +364,8 @@ int ob_replay(const ob_stream *stream, const ob_replay_options *options, ob_repl
     }
     result->seconds = (double)(last - first) / 1e9;
     result->messages_per_second =
-        result->seconds > 0
-            ? (double)stream->count * books * passes_of(options) / result->seconds
-            : 0;
+        result->seconds > 0 ? (double)stream->count * books * passes_of(options) / result->seconds
+                            : 0;
     double k = ob_clock_ns_per_tick();
     result->ns_p50 = (double)ob_histogram_quantile(all, 0.50) * k;
     result->ns_p90 = (double)ob_histogram_quantile(all, 0.90) * k;
