@@ -30,9 +30,13 @@
 #                       L3 as the full matrix's pool rows are when other work contends for it)
 #   sqlite python       the matrix's whole programs (sqlite3, python3 on bench/), each run
 #                       timed whole: median milliseconds instead of ops/s (--seconds unused)
+#   ob1 obp1 obpool1 obppool1   the order book as the matrix runs it (500,000 messages, seed 1,
+#                       8 passes; --seconds unused), at any book count (ob4, obp2, ...): one
+#                       book per thread, with a gateway thread per book (p), orders from
+#                       cmalloc's pool (pool: cmalloc builds only); ops/s are messages
 # Default rows: the first seven; default 5 repetitions of 0.3 s. A figure from it is the
 # command line that printed it; compare only libraries of one run (docs/DESIGN.md says why).
-# Needs build/bench (make bench, or make build/bench/<program>).
+# Needs build/bench (make bench, or make build/bench/<program>), and build/orderbook for ob rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=5 seconds=0.3 rows=xmalloc1,xmalloc2,larson2,mstress2,rpm1,rpm2,xthr2 pin=()
@@ -74,6 +78,11 @@ row_command() {
     pool8r4m | pool24r4m) # five rounds: one is half a second
         echo "build/bench/pool_bench --count 4194304 --size ${1:4:-3}" \
             "--free-order random --rounds 5" ;;
+    obppool[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --pipeline --alloc pool" \
+        "--threads ${1#obppool}" ;;
+    obpool[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --alloc pool --threads ${1#obpool}" ;;
+    obp[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --pipeline --threads ${1#obp}" ;;
+    ob[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --threads ${1#ob}" ;;
     *) echo "bench-ab: unknown row $1 (--help)" >&2; return 2 ;;
     esac
 }
@@ -92,16 +101,33 @@ whole_program() { # row command NAME=LIB
     rm -f "$rss_file"
 }
 
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+# An order-book run: messages/s and peak RSS (build/bench/peak_rss), or exit 1.
+order_book() { # row command NAME=LIB
+    local rss_file out
+    rss_file=$(mktemp)
+    out=$(build/bench/peak_rss --append "$rss_file" -- ${pin[@]+"${pin[@]}"} \
+        env LD_PRELOAD="${3#*=}" ${2/ORDERS/$orders}) ||
+        { echo "bench-ab: $1 failed under ${3#*=}: $2" >&2; exit 1; }
+    echo "$1 ${3%%=*} $(echo "$out" | sed -n 's/^messages_per_second: //p') \
+$(tail -n 1 "$rss_file") ops"
+    rm -f "$rss_file"
+}
+
+results=$(mktemp) orders=
+trap 'rm -f "$results" ${orders:+"$orders"}' EXIT
 for row in ${rows//,/ }; do
     command=$(row_command "$row")
+    if [ "${row#ob}" != "$row" ] && [ -z "$orders" ]; then # the matrix's stream, made once
+        orders=$(mktemp)
+        build/orderbook gen --messages 500000 --seed 1 >"$orders"
+    fi
     libs=("$@")
     for ((rep = 0; rep < reps; rep++)); do
         for ((i = 0; i < ${#libs[@]}; i++)); do
             lib=${libs[(rep + i) % ${#libs[@]}]}
             case $row in
             sqlite | python) whole_program "$row" "$command" "$lib" ;;
+            ob*) order_book "$row" "$command" "$lib" ;;
             *)
                 line=$(${pin[@]+"${pin[@]}"} env LD_PRELOAD="${lib#*=}" $command \
                     --seconds "$seconds" | grep '^RESULT') || {

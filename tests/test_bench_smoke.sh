@@ -107,17 +107,21 @@ fi
 
 # bench-ab: two builds (here the same library twice) head to head, pinned to one vCPU; each
 # prints its median and the ratio table (a ratio within a repetition, its lowest and highest).
-if bash scripts/bench-ab.sh --reps 2 --seconds 0.05 --rows churn1 --pin 0 \
+# The order book's rows (ob1: one book, its stream made once) print the same two lines.
+if bash scripts/bench-ab.sh --reps 2 --seconds 0.05 --rows churn1,ob1 --pin 0 \
     a=build/libcmalloc.so b=build/libcmalloc.so > "$tmp/ab.txt" 2>&1 &&
-  grep -q '^churn1 .*MiB .*MiB$' "$tmp/ab.txt" &&
-  grep -Eq '^churn1 +[0-9]+\.[0-9]{2} \[[0-9]+\.[0-9]{2} [0-9]+\.[0-9]{2}\]$' "$tmp/ab.txt"; then
+  grep -q '^churn1 .*MiB .*MiB$' "$tmp/ab.txt" && grep -q '^ob1 .*M .*MiB .*M .*MiB$' "$tmp/ab.txt" &&
+  grep -Eq '^churn1 +[0-9]+\.[0-9]{2} \[[0-9]+\.[0-9]{2} [0-9]+\.[0-9]{2}\]$' "$tmp/ab.txt" &&
+  grep -Eq '^ob1 +[0-9]+\.[0-9]{2} \[[0-9]+\.[0-9]{2} [0-9]+\.[0-9]{2}\]$' "$tmp/ab.txt"; then
   echo "ok   bench-ab.sh medians and ratios"
 else
   echo "FAIL bench-ab.sh:"; sed 's/^/  | /' "$tmp/ab.txt"; fail=1
 fi
-if bash scripts/bench-ab.sh --rows nosuch a=build/libcmalloc.so > "$tmp/ab.txt" 2>&1; then
-  echo "FAIL bench-ab.sh: an unknown row passed"; fail=1
-fi
+for row in nosuch obx; do
+  if bash scripts/bench-ab.sh --rows $row a=build/libcmalloc.so > "$tmp/ab.txt" 2>&1; then
+    echo "FAIL bench-ab.sh: an unknown row ($row) passed"; fail=1
+  fi
+done
 
 [ "$fail" = 0 ] && echo "bench smoke: all ok"
 exit "$fail"
