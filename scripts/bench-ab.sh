@@ -80,7 +80,8 @@ row_command() {
             "--free-order random --rounds 5" ;;
     obppool[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --pipeline --alloc pool" \
         "--threads ${1#obppool}" ;;
-    obpool[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --alloc pool --threads ${1#obpool}" ;;
+    obpool[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --alloc pool" \
+        "--threads ${1#obpool}" ;;
     obp[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --pipeline --threads ${1#obp}" ;;
     ob[0-9]*) echo "build/orderbook replay ORDERS --passes 8 --threads ${1#ob}" ;;
     *) echo "bench-ab: unknown row $1 (--help)" >&2; return 2 ;;

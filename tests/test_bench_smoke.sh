@@ -110,7 +110,8 @@ fi
 # The order book's rows (ob1: one book, its stream made once) print the same two lines.
 if bash scripts/bench-ab.sh --reps 2 --seconds 0.05 --rows churn1,ob1 --pin 0 \
     a=build/libcmalloc.so b=build/libcmalloc.so > "$tmp/ab.txt" 2>&1 &&
-  grep -q '^churn1 .*MiB .*MiB$' "$tmp/ab.txt" && grep -q '^ob1 .*M .*MiB .*M .*MiB$' "$tmp/ab.txt" &&
+  grep -q '^churn1 .*MiB .*MiB$' "$tmp/ab.txt" &&
+  grep -q '^ob1 .*M .*MiB .*M .*MiB$' "$tmp/ab.txt" &&
   grep -Eq '^churn1 +[0-9]+\.[0-9]{2} \[[0-9]+\.[0-9]{2} [0-9]+\.[0-9]{2}\]$' "$tmp/ab.txt" &&
   grep -Eq '^ob1 +[0-9]+\.[0-9]{2} \[[0-9]+\.[0-9]{2} [0-9]+\.[0-9]{2}\]$' "$tmp/ab.txt"; then
   echo "ok   bench-ab.sh medians and ratios"
