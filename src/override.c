@@ -5,7 +5,8 @@
  * Behaviour that differs between libcs follows glibc: realloc(p, 0) frees p and returns NULL;
  * memalign rounds a non-power-of-two alignment up; aligned_alloc rejects one with EINVAL;
  * valloc/pvalloc align to 4096 bytes; mallopt honours M_MMAP_THRESHOLD and accepts (and
- * ignores) glibc's other parameters.
+ * ignores) glibc's other parameters, answering as glibc 2.36 does (1, but 0 for an M_MXFAST
+ * outside 0..160).
  *
  * Built with -DCM_PREFIX=name_ (the sanitizer build), the C entry points are exported as
  * name_malloc, name_free, ... and glibc's aliases and the C++ operators are left out, so the
@@ -196,27 +197,26 @@ CM_EXPORT int CM_ENTRY(malloc_info)(int options, FILE *stream)
     return 0;
 }
 
+/* Answers as glibc 2.36 does, as programs check it (some stop when mallopt(M_MMAP_THRESHOLD)
+ * is not 1): every parameter, known or not, is 1, but for an M_MXFAST glibc's fastbins cannot
+ * take (above 160 bytes, or negative). A threshold is taken as glibc takes it, a negative one
+ * as the size_t it converts to (no block gets its own mapping), and fixed: no longer raised by
+ * frees of mapped blocks. */
 CM_EXPORT int CM_ENTRY(mallopt)(int parameter, int value)
 {
+    enum { GLIBC_MXFAST_MAX = 160 }; /* glibc's MAX_FAST_SIZE on 64-bit targets */
     switch (parameter) {
-    case M_MMAP_THRESHOLD:
-        if (value < 0 || (size_t)value > CM_MMAP_THRESHOLD_LIMIT)
-            return 0;
+    case M_MMAP_THRESHOLD: {
+        size_t threshold = (size_t)(ptrdiff_t)value;
         if (!cm_is_initialized())
             cm_init();
-        value = (size_t)value > CM_MAX_SMALL ? value : (int)CM_MAX_SMALL;
-        __atomic_store_n(&cm_option.mmap_threshold, (size_t)value, __ATOMIC_RELAXED);
-        cm_option.mmap_threshold_max = (size_t)value; /* set by the program: no longer dynamic */
+        threshold = threshold > CM_MAX_SMALL ? threshold : CM_MAX_SMALL;
+        __atomic_store_n(&cm_option.mmap_threshold, threshold, __ATOMIC_RELAXED);
+        cm_option.mmap_threshold_max = threshold;
         return 1;
-    case M_TRIM_THRESHOLD:
-    case M_TOP_PAD:
-    case M_MMAP_MAX:
-    case M_ARENA_MAX:
-    case M_ARENA_TEST:
-    case M_PERTURB:
-    case M_CHECK_ACTION:
-    case M_MXFAST: return 1;
-    default: return 0;
+    }
+    case M_MXFAST: return value >= 0 && value <= GLIBC_MXFAST_MAX;
+    default: return 1;
     }
 }
 

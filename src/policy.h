@@ -239,7 +239,6 @@
 #define CM_UNSORTED_LISTS 8
 
 /* ---- limits that follow glibc ---------------------------------------------------------------- */
-#define CM_MMAP_THRESHOLD_LIMIT ((size_t)32 << 20) /* mallopt refuses more, as glibc does */
 #define CM_SYSTEM_PAGE          4096 /* the kernel's page: valloc, pvalloc, mapping slack */
 
 #endif /* CM_POLICY_H */

@@ -11,7 +11,12 @@
  *                               vm.max_map_count: munmap fails (the cut needs one more
  *                               mapping); free leaves errno alone
  *   memalign_limits             memalign above SIZE_MAX/2+1: NULL, EINVAL (glibc); just below:
- *                               NULL, ENOMEM; mallopt(M_MMAP_THRESHOLD) above 32 MiB refused
+ *                               NULL, ENOMEM
+ *   mallopt_as_glibc            mallopt answers as glibc 2.36: 1 for every threshold (above
+ *                               32 MiB and negative too) and every parameter it ignores, 0
+ *                               for an M_MXFAST above 160 or negative; a threshold above a
+ *                               block's size keeps it off its own mapping (hblkhd), one below
+ *                               maps it
  *   impossible_sizes_fail_fast  2^47..2^64 byte requests through every entry point fail with
  *                               ENOMEM and unmap nothing the heap keeps (no reclaim and retry)
  *   mallinfo_under_threads      a thread maps and unmaps 4 MiB blocks while mallinfo2 is read
@@ -198,10 +203,39 @@ static void memalign_limits(void **state)
     errno = 0;
     assert_null(memalign(SIZE_MAX / 2 + 1, 16));
     assert_int_equal(errno, ENOMEM);
-    assert_int_equal(mallopt(M_MMAP_THRESHOLD, (int)(32 * MiB + 1)), 0);
-    assert_int_equal(mallopt(M_MMAP_THRESHOLD, INT_MAX), 0);
-    assert_int_equal(mallopt(M_MMAP_THRESHOLD, (int)(32 * MiB)), 1);
+}
+
+/* Programs check mallopt's answer (some stop unless mallopt(M_MMAP_THRESHOLD, n) is 1): the
+ * answers are glibc 2.36's, measured there with this test's calls. */
+static void mallopt_as_glibc(void **state)
+{
+    (void)state;
+    assert_int_equal(mallopt(M_MMAP_THRESHOLD, (int)(32 * MiB + 1)), 1);
+    assert_int_equal(mallopt(M_MMAP_THRESHOLD, INT_MAX), 1);
+    assert_int_equal(mallopt(M_MMAP_THRESHOLD, -1), 1);
+    assert_int_equal(mallopt(M_MMAP_THRESHOLD, 0), 1);
+    assert_int_equal(mallopt(M_MXFAST, 0), 1);
+    assert_int_equal(mallopt(M_MXFAST, 160), 1);
+    assert_int_equal(mallopt(M_MXFAST, 161), 0);
+    assert_int_equal(mallopt(M_MXFAST, -1), 0);
+    assert_int_equal(mallopt(M_TRIM_THRESHOLD, -1), 1);
+    assert_int_equal(mallopt(M_ARENA_MAX, 0), 1);
+    assert_int_equal(mallopt(0, 1), 1);
+    assert_int_equal(mallopt(12345, 1), 1);
+    /* a threshold above 32 MiB is honoured: a 48 MiB block under a 64 MiB one stays in the page
+     * heap, and gets its own mapping once the threshold is back at 1 MiB */
+    assert_int_equal(mallopt(M_MMAP_THRESHOLD, (int)(64 * MiB)), 1);
+    size_t mapped = mallinfo2().hblkhd;
+    char *block = malloc(48 * MiB);
+    assert_non_null(block);
+    block[0] = block[48 * MiB - 1] = 1;
+    assert_int_equal(mallinfo2().hblkhd, mapped);
+    free(block);
     assert_int_equal(mallopt(M_MMAP_THRESHOLD, (int)(1 * MiB)), 1);
+    block = malloc(48 * MiB);
+    assert_non_null(block);
+    assert_true(mallinfo2().hblkhd >= mapped + 48 * MiB);
+    free(block);
 }
 
 static void impossible_sizes_fail_fast(void **state)
@@ -375,7 +409,8 @@ int main(void)
     start_watchdog("test_glibc_compat", 120);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(errno_left_alone),         cmocka_unit_test(errno_at_mapping_limit),
-        cmocka_unit_test(memalign_limits),          cmocka_unit_test(impossible_sizes_fail_fast),
+        cmocka_unit_test(memalign_limits),          cmocka_unit_test(mallopt_as_glibc),
+        cmocka_unit_test(impossible_sizes_fail_fast),
         cmocka_unit_test(mallinfo_under_threads),   cmocka_unit_test(malloc_info_is_cmallocs),
         cmocka_unit_test(malloc_stats_with_cancel), cmocka_unit_test(late_destructor_caches),
     };
