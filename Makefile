@@ -47,11 +47,19 @@ endif
 SRCS := src/os.c src/error.c src/options.c src/size_class.c src/metadata.c src/pagemap.c \
         src/page_heap.c src/central_cache.c src/remote.c src/thread_cache.c src/alloc.c \
         src/check.c src/guard.c src/prof.c src/api.c src/stats.c src/stats_json.c src/stats_exit.c \
-        src/background.c src/init.c src/compound.c src/pool.c src/arena.c src/override.c
+        src/background.c src/init.c src/compound.c src/pool.c src/arena.c src/override.c \
+        src/operator_new.c
 # new_handler.cc: C++ only for what C cannot do (catch a new-handler's exception); the C++
 # runtime symbols it names are made weak so C programs need no libstdc++.
 CXX_SRCS := src/new_handler.cc
 OBJS := $(patsubst src/%.c,build/obj/%.o,$(SRCS)) $(patsubst src/%.cc,build/obj/%.o,$(CXX_SRCS))
+# The static archive's copies of the C++ pieces (operator new/delete, the new-handler call) name
+# libstdc++'s functions strongly: a weak name pulls no member out of libstdc++.a, and a program
+# linked with -static or -static-libstdc++ that used nothing else of the thrower's member had
+# no std::bad_alloc to throw. Only a C++ program takes them out of the archive.
+CXX_PIECES   := build/obj/operator_new.o build/obj/new_handler.o
+STATIC_PIECES := build/obj/operator_new_static.o build/obj/new_handler_static.o
+LIB_A_OBJS   := $(filter-out $(CXX_PIECES),$(OBJS)) $(STATIC_PIECES)
 
 LIB_SO := build/libcmalloc.so
 LIB_A  := build/libcmalloc.a
@@ -72,18 +80,23 @@ build/obj/%.o: src/%.c $(LIB_HEADERS) | build/obj
 	$(CC) $(CFLAGS) $(WARN) $(LIBFLAGS) -c $< -o $@
 
 CXX ?= g++
+CXX_LIB_COMPILE = $(CXX) $(CFLAGS) -Wall -Wextra -std=c++17 -fPIC -fvisibility=hidden -fno-rtti
 build/obj/%.o: src/%.cc | build/obj
-	$(CXX) $(CFLAGS) -Wall -Wextra -std=c++17 -fPIC -fvisibility=hidden -fno-rtti -c $< -o $@
+	$(CXX_LIB_COMPILE) -c $< -o $@
 	objcopy --weaken-symbol=__gxx_personality_v0 --weaken-symbol=__cxa_begin_catch \
 	        --weaken-symbol=__cxa_end_catch --weaken-symbol=_Unwind_Resume $@
+build/obj/new_handler_static.o: src/new_handler.cc | build/obj
+	$(CXX_LIB_COMPILE) -c $< -o $@
+build/obj/operator_new_static.o: src/operator_new.c $(LIB_HEADERS) | build/obj
+	$(CC) $(CFLAGS) $(WARN) $(LIBFLAGS) -DCM_CXX_RUNTIME_LINKED -c $< -o $@
 
 $(LIB_SO): $(OBJS)
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,-z,now -pthread -o $@ $(OBJS)
 	ln -sf libcmalloc.so build/$(SONAME)
 
-$(LIB_A): $(OBJS)
+$(LIB_A): $(LIB_A_OBJS)
 	rm -f $@
-	ar rcs $@ $(OBJS)
+	ar rcs $@ $(LIB_A_OBJS)
 
 build/obj build/tests:
 	mkdir -p $@

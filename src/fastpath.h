@@ -1,10 +1,10 @@
 /* fastpath.h - the two fast paths, malloc and free on a thread-cache hit, and free's test of
  * a block for realloc and malloc_usable_size (cm_small_class_of), inlined into the entry
- * points (override.c, compound.c, pool.c, arena.c) and nowhere else: they call api.c's
- * slow paths, the top of the allocator, which no lower layer may do (and thread_cache.c's for a
- * span's local list, which only a live cache with a slot reaches, past every mode api.c
- * decides); api.c does not include this file, so the fast paths stand on the slow paths and
- * not the other way round.
+ * points (override.c, operator_new.c, compound.c, pool.c, arena.c) and nowhere else: they call
+ * api.c's slow paths, the top of the allocator, which no lower layer may do (and
+ * thread_cache.c's for a span's local list, which only a live cache with a slot reaches, past
+ * every mode api.c decides); api.c does not include this file, so the fast paths stand on the
+ * slow paths and not the other way round.
  */
 #ifndef CM_FASTPATH_H
 #define CM_FASTPATH_H

@@ -16,7 +16,11 @@
 #     or the executable itself when linked statically.
 # The dynamic executable must also record libcmalloc.so.0 (the soname) as NEEDED.
 # With g++, a C++ program is linked both ways too, and every operator new/delete variant
-# (plain, array, nothrow, sized, aligned) must resolve to cmalloc's, not libstdc++'s.
+# (plain, array, nothrow, sized, aligned) must resolve to cmalloc's, not libstdc++'s. And a C++
+# program linked with build/libcmalloc.a and libstdc++'s static archive (-static-libstdc++, and
+# -static) that uses nothing of libstdc++'s thrower itself still gets std::bad_alloc from a
+# failing new (a weak name pulls no member out of an archive: it aborted), its new-handler
+# called until it gives up, and NULL from the nothrow form.
 set -u
 
 top=$(pwd)
@@ -270,6 +274,71 @@ $(sed -n '1,10p' "$tmp/cc.err")"
         fail "C++ static: cannot build with build/libcmalloc.a:
 $(sed -n '1,10p' "$tmp/cc.err")"
     fi
+    cat >"$tmp/oom.cc" <<'EOF'
+// A request no machine can meet (2^50 bytes, from argc so that the compiler cannot fold it).
+#include <cstddef>
+#include <cstdio>
+#include <new>
+
+static int handler_calls;
+static char *reserve;
+
+static void give_back()
+{
+    handler_calls++;
+    if (reserve != nullptr) { // first call: free the reserve and let new try again
+        delete[] reserve;
+        reserve = nullptr;
+    } else {
+        std::set_new_handler(nullptr); // then give up: new throws
+    }
+}
+
+int main(int argc, char **)
+{
+    std::size_t huge = std::size_t(1) << (40 + 10 * argc);
+    int failed = 0;
+    try {
+        char *p = new char[huge];
+        std::printf("oom.cc: new of 2^50 bytes returned %p\n", static_cast<void *>(p));
+        failed = 1;
+    } catch (const std::bad_alloc &) {
+    }
+    if (new (std::nothrow) char[huge] != nullptr) {
+        std::printf("oom.cc: nothrow new of 2^50 bytes did not return NULL\n");
+        failed = 1;
+    }
+    reserve = new char[1 << 20];
+    std::set_new_handler(give_back);
+    try {
+        char *p = new char[huge];
+        std::printf("oom.cc: new with a handler returned %p\n", static_cast<void *>(p));
+        failed = 1;
+    } catch (const std::bad_alloc &) {
+    }
+    if (handler_calls != 2) {
+        std::printf("oom.cc: the new-handler ran %d times, not 2\n", handler_calls);
+        failed = 1;
+    }
+    if (!failed)
+        std::printf("oom.cc: bad_alloc, NULL and the new-handler as the standard has them\n");
+    return failed;
+}
+EOF
+    for how in -static-libstdc++ -static; do
+        echo "-- C++ $how: a failing new throws std::bad_alloc"
+        if $CXX -std=c++17 -O1 -Wall "$tmp/oom.cc" -o "$tmp/oom$how" $how build/libcmalloc.a \
+            -pthread 2>"$tmp/cc.err"; then
+            if out=$("$tmp/oom$how" 2>&1); then
+                echo "  $out"
+            else
+                fail "C++ $how: $(echo "$out" | head -n 3)"
+            fi
+        else
+            fail "C++ $how: cannot build with build/libcmalloc.a:
+$(grep -v 'requires at runtime the shared libraries' "$tmp/cc.err" | sed -n '1,10p')"
+        fi
+    done
 else
     echo "-- C++: SKIP, g++ is not installed"
 fi

@@ -1,0 +1,190 @@
+/* operator_new.c - C++ operator new and delete in every variant, by mangled name, so that a
+ * C++ program calls cmalloc directly; in a file of their own so that a program linked with
+ * libcmalloc.a takes this object only when it uses them (a C program never does).
+ *
+ * On failure new calls the program's new_handler until it succeeds, and with none throws
+ * std::bad_alloc through libstdc++'s own thrower; the nothrow forms return NULL instead, also
+ * when the handler throws. libstdc++'s functions are named weakly in the shared library, so a
+ * C program loads it without libstdc++ (they are present whenever a C++ program runs), and
+ * strongly in the static archive's copy (built with -DCM_CXX_RUNTIME_LINKED): a weak name does
+ * not pull a member out of libstdc++.a, and a program linked with -static or
+ * -static-libstdc++ that uses nothing else of the thrower's member had none, so new aborted
+ * where it must throw.
+ *
+ * Left out of the sanitizer builds (CM_PREFIX), which keep the C++ runtime's own operators.
+ */
+#include "fastpath.h"
+
+#include <stdlib.h>
+
+#ifndef CM_PREFIX
+#ifdef CM_CXX_RUNTIME_LINKED
+#define CM_CXX_RUNTIME_NAME          /* strong: pulls libstdc++.a's member */
+#define CM_CXX_RUNTIME_HAS(function) true
+#else
+#define CM_CXX_RUNTIME_NAME          __attribute__((weak))
+#define CM_CXX_RUNTIME_HAS(function) ((function) != NULL)
+#endif
+
+typedef void (*cm_new_handler)(void);
+extern cm_new_handler _ZSt15get_new_handlerv(void) CM_CXX_RUNTIME_NAME;
+extern void _ZSt17__throw_bad_allocv(void) CM_CXX_RUNTIME_NAME __attribute__((noreturn));
+bool cm_call_new_handler_nothrow(cm_new_handler handler); /* new_handler.cc */
+
+/* std::bad_alloc, or NULL for a nothrow form; why names the cause when there is no C++
+ * runtime to throw it. */
+static CM_COLD void *refuse_new(bool nothrow, const char *why)
+{
+    if (nothrow)
+        return NULL;
+    if (CM_CXX_RUNTIME_HAS(_ZSt17__throw_bad_allocv))
+        _ZSt17__throw_bad_allocv();
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: operator new: ");
+    cm_message_str(&m, why);
+    cm_message_str(&m, " and no C++ runtime to throw std::bad_alloc; aborting\n");
+    cm_message_write(&m, 2);
+    abort();
+}
+
+static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow)
+{
+    for (;;) {
+        cm_new_handler handler =
+            CM_CXX_RUNTIME_HAS(_ZSt15get_new_handlerv) ? _ZSt15get_new_handlerv() : NULL;
+        if (handler == NULL)
+            return refuse_new(nothrow, "out of memory");
+        if (!nothrow)
+            handler();
+        else if (!cm_call_new_handler_nothrow(handler))
+            return NULL;
+        void *p = cm_alloc_aligned(alignment, size);
+        if (p != NULL)
+            return p;
+    }
+}
+
+static inline void *new_object(size_t size, size_t alignment, bool nothrow)
+{
+    void *p = alignment <= CM_ALIGNMENT ? cm_alloc(size) : cm_alloc_aligned(alignment, size);
+    return CM_LIKELY(p != NULL) ? p : new_failed(size, alignment, nothrow);
+}
+
+#define CM_NEW(name, ...)              \
+    CM_EXPORT void *name(__VA_ARGS__); \
+    CM_EXPORT void *name(__VA_ARGS__)
+#define CM_DELETE(name, ...)          \
+    CM_EXPORT void name(__VA_ARGS__); \
+    CM_EXPORT void name(__VA_ARGS__)
+
+/* new(size), new[](size), and their nothrow forms */
+CM_NEW(_Znwm, size_t size)
+{
+    return new_object(size, 0, false);
+}
+CM_NEW(_Znam, size_t size)
+{
+    return new_object(size, 0, false);
+}
+CM_NEW(_ZnwmRKSt9nothrow_t, size_t size, const void *tag)
+{
+    (void)tag;
+    return new_object(size, 0, true);
+}
+CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag)
+{
+    (void)tag;
+    return new_object(size, 0, true);
+}
+/* new(size, align_val_t), new[](size, align_val_t), and their nothrow forms. An alignment
+ * that is not a power of two (0 included) is refused at once, as libstdc++ does: bad_alloc
+ * without asking the new_handler, which could never make it valid. */
+static inline void *new_aligned(size_t size, size_t alignment, bool nothrow)
+{
+    if (CM_UNLIKELY(alignment == 0 || (alignment & (alignment - 1)) != 0))
+        return refuse_new(nothrow, "an alignment that is not a power of two");
+    return new_object(size, alignment, nothrow);
+}
+CM_NEW(_ZnwmSt11align_val_t, size_t size, size_t alignment)
+{
+    return new_aligned(size, alignment, false);
+}
+CM_NEW(_ZnamSt11align_val_t, size_t size, size_t alignment)
+{
+    return new_aligned(size, alignment, false);
+}
+CM_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
+{
+    (void)tag;
+    return new_aligned(size, alignment, true);
+}
+CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
+{
+    (void)tag;
+    return new_aligned(size, alignment, true);
+}
+
+/* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow */
+CM_DELETE(_ZdlPv, void *p)
+{
+    cm_free(p);
+}
+CM_DELETE(_ZdaPv, void *p)
+{
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag)
+{
+    (void)tag;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag)
+{
+    (void)tag;
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvm, void *p, size_t size)
+{
+    (void)size;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvm, void *p, size_t size)
+{
+    (void)size;
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment)
+{
+    (void)alignment;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment)
+{
+    (void)alignment;
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment)
+{
+    (void)size;
+    (void)alignment;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment)
+{
+    (void)size;
+    (void)alignment;
+    cm_free(p);
+}
+CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
+{
+    (void)alignment;
+    (void)tag;
+    cm_free(p);
+}
+CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
+{
+    (void)alignment;
+    (void)tag;
+    cm_free(p);
+}
+#endif /* CM_PREFIX */
