@@ -16,7 +16,8 @@
  *                               32 MiB and negative too) and every parameter it ignores, 0
  *                               for an M_MXFAST above 160 or negative; a threshold above a
  *                               block's size keeps it off its own mapping (hblkhd), one below
- *                               maps it
+ *                               maps it; glibc's internal names __libc_mallopt and
+ *                               __libc_mallinfo are cmalloc's mallopt and mallinfo
  *   impossible_sizes_fail_fast  2^47..2^64 byte requests through every entry point fail with
  *                               ENOMEM and unmap nothing the heap keeps (no reclaim and retry)
  *   mallinfo_under_threads      a thread maps and unmaps 4 MiB blocks while mallinfo2 is read
@@ -54,6 +55,11 @@
 
 #include "cmalloc.h"
 #include "helpers.h"
+
+/* glibc's internal names for mallopt and mallinfo, which cmalloc exports too; glibc's
+ * headers do not declare them. */
+int __libc_mallopt(int param, int value);
+struct mallinfo __libc_mallinfo(void);
 
 #define SENTINEL 4242
 
@@ -235,6 +241,27 @@ static void mallopt_as_glibc(void **state)
     block = malloc(48 * MiB);
     assert_non_null(block);
     assert_true(mallinfo2().hblkhd >= mapped + 48 * MiB);
+    free(block);
+    /* the same through glibc's internal names, which once reached glibc's own malloc: the
+     * threshold was lost and mallinfo's figures were its empty arena's */
+    assert_int_equal(__libc_mallopt(M_MMAP_THRESHOLD, (int)(64 * MiB)), 1);
+    mapped = mallinfo2().hblkhd;
+    block = malloc(48 * MiB);
+    assert_non_null(block);
+    block[0] = block[48 * MiB - 1] = 1;
+    assert_int_equal(mallinfo2().hblkhd, mapped);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    struct mallinfo via_alias = __libc_mallinfo(), direct = mallinfo();
+#pragma GCC diagnostic pop
+    assert_true(via_alias.uordblks >= (int)(48 * MiB));
+    assert_int_equal(via_alias.uordblks, direct.uordblks);
+    assert_int_equal(via_alias.hblkhd, direct.hblkhd);
+    free(block);
+    assert_int_equal(__libc_mallopt(M_MMAP_THRESHOLD, (int)(1 * MiB)), 1);
+    block = malloc(48 * MiB);
+    assert_non_null(block);
+    assert_true(__libc_mallinfo().hblkhd >= (int)(mapped + 48 * MiB));
     free(block);
 }
 
