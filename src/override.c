@@ -234,8 +234,8 @@ CM_EXPORT void *__libc_valloc(size_t size) __attribute__((alias("valloc")));
 CM_EXPORT void *__libc_pvalloc(size_t size) __attribute__((alias("pvalloc")));
 CM_EXPORT int __posix_memalign(void **out, size_t alignment, size_t size)
     __attribute__((alias("posix_memalign")));
-/* Without these two a program tuning or reading malloc through them reached glibc's own,
- * which serves nothing here: a threshold set there was lost, and its figures were zeros. */
+/* A program that tunes or reads malloc through these must reach cmalloc's: glibc's own malloc
+ * serves nothing here, so a threshold set there would be lost and its figures all zero. */
 CM_EXPORT int __libc_mallopt(int parameter, int value) __attribute__((alias("mallopt")));
 CM_EXPORT struct mallinfo __libc_mallinfo(void) __attribute__((alias("mallinfo")));
 #pragma GCC diagnostic pop

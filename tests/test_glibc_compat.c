@@ -254,8 +254,10 @@ static void mallopt_as_glibc(void **state)
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
     struct mallinfo via_alias = __libc_mallinfo(), direct = mallinfo();
 #pragma GCC diagnostic pop
+    /* 4 KiB of slack between the two reads, as test_api's mallinfo test allows: a release
+     * thread that an earlier free started may still be allocating its own few hundred bytes */
     assert_true(via_alias.uordblks >= (int)(48 * MiB));
-    assert_int_equal(via_alias.uordblks, direct.uordblks);
+    assert_true(abs(via_alias.uordblks - direct.uordblks) <= 4096);
     assert_int_equal(via_alias.hblkhd, direct.hblkhd);
     free(block);
     assert_int_equal(__libc_mallopt(M_MMAP_THRESHOLD, (int)(1 * MiB)), 1);
