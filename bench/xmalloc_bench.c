@@ -13,7 +13,14 @@
  *   home; the 32 KiB arrays add a second, larger class travelling the same way.
  *   Memory is bounded: the queue, plus one batch per producer being filled and one per consumer
  *   being freed, is at most (queue + 2N) * (32 KiB + 4096 * 64 B), about 28 MiB + 0.6 MiB * N.
- *   Nothing is random; --seed only moves the latency sampling.
+ *   --shuffle 1: a producer puts its i-th object in a slot of the batch drawn once before the
+ *   run (the same permutation for every batch), so each batch is freed in an order unrelated to
+ *   its allocation, as a server frees requests by when they finish; else (0, the default)
+ *   nothing is random, and --seed only moves the latency sampling.
+ *   --pin 1: thread i (producers even, consumers odd) runs only on the i-th CPU the process may
+ *   use (modulo their number), so one pair's producer and consumer never share a core and every
+ *   object crosses between the two; unpinned, the scheduler sometimes puts them on one core,
+ *   and on a 2-core machine the rate moves 2-3x with it for every allocator.
  *
  * How to read it
  *   ops/s     objects freed per second by the consumers, all together (the batch arrays' frees
@@ -32,6 +39,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "bench_util.h"
@@ -40,6 +48,10 @@ static bench_common opt = {1, 0.2, 1.0, 64, 1, "xmalloc"};
 static uint64_t batch_len = 4096; /* objects per batch */
 static uint64_t object_size = 64;
 static uint64_t queue_cap = 100; /* batches the queue holds at most */
+static uint64_t shuffle;          /* --shuffle: 1 frees each batch in a fixed random order */
+static uint64_t pin;              /* --pin: 1 runs thread i on the i-th allowed CPU */
+static uint32_t *slot_of;         /* with --shuffle: where a batch's i-th object goes */
+static cpu_set_t allowed;         /* the CPUs the process may use, for --pin */
 
 static _Atomic int phase = BENCH_WARMUP;
 static uint64_t tsc_overhead;
@@ -62,6 +74,25 @@ typedef struct {
     bench_counter count; /* consumers: objects freed; producers: only the sampled mallocs */
 } worker;
 
+/* --pin: the calling thread (worker id) onto one CPU of allowed. */
+static void pin_worker(int id)
+{
+    int cpus = CPU_COUNT(&allowed), nth = id % cpus;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &allowed) && nth-- == 0) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            int rc = pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+            if (rc) {
+                fprintf(stderr, "xmalloc_bench: pthread_setaffinity_np: %s\n", strerror(rc));
+                exit(1);
+            }
+            return;
+        }
+    }
+}
+
 static void free_batch(void **batch, bench_sampler *smp)
 {
     for (uint64_t i = 0; i < batch_len; i++)
@@ -74,6 +105,8 @@ static void *producer_main(void *arg)
     worker *w = arg;
     bench_sampler smp = bench_sampler_make(opt.seed * 31 + (uint64_t)w->id, opt.sample_rate,
                                            tsc_overhead, &w->count);
+    if (pin)
+        pin_worker(w->id);
     while (bench_counter_check(&w->count, &phase)) {
         void **batch = malloc(batch_len * sizeof(void *));
         if (!batch) {
@@ -81,8 +114,9 @@ static void *producer_main(void *arg)
             exit(3);
         }
         for (uint64_t i = 0; i < batch_len; i++) {
-            batch[i] = bench_sampled_malloc(object_size, &smp);
-            bench_touch(batch[i], object_size);
+            void *object = bench_sampled_malloc(object_size, &smp);
+            bench_touch(object, object_size);
+            batch[slot_of ? slot_of[i] : i] = object;
         }
         pthread_mutex_lock(&queue.lock);
         while (queue.count == queue_cap && atomic_load(&phase) != BENCH_STOP)
@@ -112,6 +146,8 @@ static void *consumer_main(void *arg)
     worker *w = arg;
     bench_sampler smp = bench_sampler_make(opt.seed * 31 + (uint64_t)w->id, opt.sample_rate,
                                            tsc_overhead, &w->count);
+    if (pin)
+        pin_worker(w->id);
     for (;;) {
         pthread_mutex_lock(&queue.lock);
         while (queue.count == 0 && queue.producers_left > 0)
@@ -138,15 +174,34 @@ int main(int argc, char **argv)
 {
     const bench_option opts[] = {{"--batch", &batch_len, 1, 1u << 24, NULL},
                                  {"--size", &object_size, 1, 1u << 20, NULL},
-                                 {"--queue", &queue_cap, 1, 100000, NULL}};
-    bench_parse_args(argc, argv, &opt, opts, 3,
-                     "usage: xmalloc_bench [--batch N] [--size BYTES] [--queue N]\n"
+                                 {"--queue", &queue_cap, 1, 100000, NULL},
+                                 {"--shuffle", &shuffle, 0, 1, NULL},
+                                 {"--pin", &pin, 0, 1, NULL}};
+    bench_parse_args(argc, argv, &opt, opts, 5,
+                     "usage: xmalloc_bench [--batch N] [--size BYTES] [--queue N] [--shuffle 0|1]"
+                     " [--pin 0|1]\n"
                      "  --threads N runs N producers and N consumers\n");
+    if (pin && sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+        perror("xmalloc_bench: sched_getaffinity");
+        return 1;
+    }
+    if (shuffle) { /* a Fisher-Yates shuffle of 0..batch-1, drawn before the run */
+        slot_of = bench_map(batch_len * sizeof(uint32_t));
+        uint64_t rs = bench_seed(opt.seed);
+        for (uint64_t i = 0; i < batch_len; i++)
+            slot_of[i] = (uint32_t)i;
+        for (uint64_t i = batch_len - 1; i > 0; i--) {
+            uint64_t j = bench_rand(&rs) % (i + 1);
+            uint32_t t = slot_of[i];
+            slot_of[i] = slot_of[j];
+            slot_of[j] = t;
+        }
+    }
 
-    char params[128];
-    snprintf(params, sizeof params, "batch=%llu;size=%llu;queue=%llu",
+    char params[160];
+    snprintf(params, sizeof params, "batch=%llu;size=%llu;queue=%llu%s%s",
              (unsigned long long)batch_len, (unsigned long long)object_size,
-             (unsigned long long)queue_cap);
+             (unsigned long long)queue_cap, shuffle ? ";shuffle" : "", pin ? ";pin" : "");
     tsc_overhead = bench_tsc_overhead();
     queue.ring = bench_map(queue_cap * sizeof(void **));
     queue.producers_left = opt.threads;

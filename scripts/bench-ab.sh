@@ -15,6 +15,9 @@
 # and the rows with more threads than cores no longer depend on where the scheduler puts them).
 # The rows are the matrix's programs with the matrix's parameters (scripts/bench-matrix.py):
 #   xmalloc1 xmalloc2   producer/consumer at 1 and 2 thread pairs
+#   xpin1 xshuf1        the same, each producer and consumer pinned to CPUs of their own
+#                       (--pin 1), the batches freed in allocation order or shuffled
+#                       (--shuffle 1): every object crosses cores, in every run
 #   larson2 mstress2    threads replaced while their blocks live on, 2 lanes
 #   rpm1 rpm2           the rpmalloc-style row at 1 and 2 threads
 #   xthr2               alloc-crossthread, 2 producers and 2 consumers
@@ -59,6 +62,10 @@ done
 row_command() {
     case $1 in
     xmalloc*) echo "build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100 --threads ${1#xmalloc}" ;;
+    xpin*) echo "build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100 --pin 1" \
+        "--threads ${1#xpin}" ;;
+    xshuf*) echo "build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100 --pin 1 --shuffle 1" \
+        "--threads ${1#xshuf}" ;;
     larson*) echo "build/bench/larson_bench --window 5000 --round 50000 --threads ${1#larson}" ;;
     mstress*) echo "build/bench/mstress_bench --slots 1000 --life 10000 --threads ${1#mstress}" ;;
     rpm*) echo "build/bench/rpmalloc_bench --blocks 1000 --round 100 --max-size 16384 --threads ${1#rpm}" ;;

@@ -421,11 +421,11 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
     uint32_t carve = carve_count(span, info, taken < want ? want - taken : 0);
     if (span->released && carve > 0)
         populate_carved(span, info, carve);
-    if (run != NULL && run->next == run->end && taken == 0 && *list == NULL)
-        *run = (cm_fresh_run){.next = span->bump,
-                              .end = span->bump + (size_t)carve * info->size,
-                              .size = info->size};
-    else
+    if (run != NULL && run->next == run->end && taken == 0 && *list == NULL) {
+        run->next = span->bump;
+        run->end = span->bump + (size_t)carve * info->size;
+        run->size = info->size;
+    } else
         *list = cm_link_carved(span->bump, info->size, carve, *list);
     span->bump += (size_t)carve * info->size;
     taken += carve;

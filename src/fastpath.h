@@ -20,8 +20,9 @@
  * 1152 B first), a table read (while sampling, a table that sends every size to the slow path:
  * api.c's alloc_sampling counts allocations down to the next sample point), a pop with a link
  * check, and the free mark cleared; an empty list steps through the class's fresh run instead
- * (never-used objects in address order, no link to read: thread_cache.c, "fresh runs"), and
- * only then calls the slow path. free: a pagemap read of the class byte, an object-start test
+ * (never-used objects in address order, no link to read: thread_cache.c, "fresh runs"), then
+ * pops its inbox (a mailbox taken whole, with a prefetch ahead: "inboxes"), and only then
+ * calls the slow path. free: a pagemap read of the class byte, an object-start test
  * (with the constants its list carries), the double-free test (the free mark), a push if the list
  * has room (a full list sends an object of a span the thread owns to the span's local list, one
  * of the owner the class's outbox collects for to the outbox, and any other to
@@ -83,12 +84,15 @@ static inline void *cm_alloc(size_t size)
     if (CM_LIKELY(list->head != NULL))
         return cm_free_list_pop(list);
     /* the list is empty: the class's fresh run (never-used objects in address order, no link
-     * to read; thread_cache.c, "fresh runs"), found from the list's address: from the class,
+     * to read; thread_cache.c, "fresh runs"), then its inbox (objects other threads freed,
+     * popped with a prefetch ahead; "inboxes"), found from the list's address: from the class,
      * it cost the hit path a register move */
     cm_fresh_run *run = (cm_fresh_run *)((char *)list + offsetof(cm_thread_cache, runs) -
                                          offsetof(cm_thread_cache, lists));
     void *object = cm_fresh_run_take(run);
-    return CM_LIKELY(object != NULL) ? object : cm_alloc_slow(size);
+    if (CM_LIKELY(object != NULL))
+        return object;
+    return run->inbox != NULL ? cm_thread_cache_inbox_pop(run) : cm_alloc_slow(size);
 }
 
 /* Inlined into every entry point that frees, whatever the compiler makes of its size: a call

@@ -268,6 +268,7 @@ bool cm_remote_valid(unsigned own);
 /* thread_cache.c */
 extern CM_THREAD_LOCAL cm_thread_cache *cm_thread_cache_current;
 void *cm_thread_cache_alloc_slow(unsigned size_class);
+void *cm_thread_cache_inbox_pop(cm_fresh_run *run);
 void cm_thread_cache_free_slow(void *object, unsigned size_class);
 void cm_thread_cache_free_local(cm_span *span, void *object);
 void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned size_class);
@@ -553,6 +554,26 @@ static inline void *cm_run_header(const void *head, uint32_t *count, void **last
     *count = (uint32_t)(length_last & CM_RUN_MOST);
     *last = (void *)(length_last >> 16);
     return (void *)(word[1] ^ ((uintptr_t)&word[1] ^ cm_list_key));
+}
+
+/* ---- ahead links ---------------------------------------------------------------------------
+ * A plain post (remote.c) has no run headers, so in classes of CM_RUN_MIN_SIZE bytes and up
+ * word 2 of each of its objects is free for another link, encoded as links are: the object
+ * CM_POST_AHEAD further down the post (NULL for its last ones). Its owner takes such a mailbox
+ * as its inbox (thread_cache.c, "inboxes") and each pop prefetches the object ahead: the lines
+ * of objects another core freed last arrive CM_POST_AHEAD allocations before they are handed
+ * out, where a list's pop waits on each one's link in turn. Only a hint: a word 2 that is not
+ * an ahead link (an earlier post's run header in the same stack) prefetches some other line,
+ * and nothing reads it as a pointer. */
+static inline void cm_ahead_set(void *object, const void *ahead)
+{
+    uintptr_t *word = (uintptr_t *)object + 2;
+    *word = (uintptr_t)ahead ^ ((uintptr_t)word ^ cm_list_key);
+}
+static inline const void *cm_ahead_of(const void *object)
+{
+    const uintptr_t *word = (const uintptr_t *)object + 2;
+    return (const void *)(*word ^ ((uintptr_t)word ^ cm_list_key));
 }
 
 #pragma GCC visibility pop

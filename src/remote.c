@@ -31,7 +31,10 @@
  * CM_PLAIN_POSTS posts as plain chains (thread_cache.c, "outboxes"), with no runs and no
  * headers, and measures its runs again after. A plain post sets its word's plain bit, which
  * stays until the owner's take: a stack with a plain post in it has no headers to read, and
- * its owner takes it as a list, or gives it to the central cache as one.
+ * its owner takes it as its inbox, or gives it to the central cache as a list. In classes with
+ * room for run headers a plain post carries ahead links instead (internal.h), which the
+ * poster writes walking its chain, still in its own cache, before the post: the owner's pops
+ * prefetch by them (thread_cache.c, "inboxes").
  * Word: top << 16 | plain << 16 | count << 1 | open. top is the stack's first object (below
  * 2^48, as every address the pagemap covers, and a multiple of 16, so the plain bit is free),
  * count at most CM_REMOTE_COUNT_MOST, open set while the slot has an owner; a closed word
@@ -164,6 +167,21 @@ void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *obje
     chain->count++;
 }
 
+/* A plain chain's ahead links (internal.h, "ahead links"), written by walking it once: its
+ * objects are the poster's own latest frees, still in its cache. */
+static void set_ahead_links(void *top)
+{
+    void *behind[CM_POST_AHEAD] = {NULL}; /* the last CM_POST_AHEAD objects walked, by index */
+    unsigned walked = 0;
+    for (void *object = top; object != NULL; object = cm_link_next(object), walked++) {
+        void **slot = &behind[walked % CM_POST_AHEAD];
+        if (*slot != NULL)
+            cm_ahead_set(*slot, object);
+        cm_ahead_set(object, NULL);
+        *slot = object;
+    }
+}
+
 /* Posts the chain (of marked objects of size_class) to slot's owner; false when the slot has
  * no owner, its mailbox is over its bound or its word would hold more than most objects: the
  * caller keeps the chain, a list from top whose bottom_last's link it sets. A plain chain, or
@@ -176,6 +194,8 @@ bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, 
         return false;
     if (!chain->plain)
         finish_run(chain, size_class);
+    else if (cm_class_has_run_headers(size_class))
+        set_ahead_links(chain->top);
     const uint64_t plain = chain->plain ? WORD_PLAIN : 0;
     _Atomic uint64_t *word = &box->words[size_class];
     uint64_t seen = atomic_load_explicit(word, memory_order_relaxed);

@@ -139,14 +139,18 @@ typedef struct cm_outbox {
     uint32_t plain_posts;  /* posts to gather as plain chains before runs are measured again */
 } cm_outbox;
 
-/* A class's fresh run (thread_cache.c, "fresh runs"): never-used objects a fill cut from a
- * span's bump pointer, handed out in address order from next up to end, with no link written.
- * Empty when next == end (both NULL in a new cache). */
+/* What malloc takes from once a class's list is empty, before its slow path: the fresh run
+ * (thread_cache.c, "fresh runs"), never-used objects a fill cut from a span's bump pointer,
+ * handed out in address order from next up to end, with no link written (empty when next ==
+ * end, both NULL in a new cache); then the inbox (thread_cache.c, "inboxes"), a mailbox of
+ * plain posts taken whole, popped with a prefetch of the object CM_POST_AHEAD further on. As
+ * long as a list: runs[c] lies at a fixed distance from lists[c]. */
 typedef struct cm_fresh_run {
     char *next;
     char *end;
-    size_t size;   /* the class's, kept here: the fast path reads no class table for it */
-    uintptr_t pad; /* as long as a list: runs[c] lies at a fixed distance from lists[c] */
+    uint32_t size;         /* the class's, kept here: the fast path reads no class table for it */
+    uint32_t inbox_count;  /* objects on the inbox */
+    void *inbox;           /* linked and marked as a list; NULL: empty */
 } cm_fresh_run;
 
 typedef struct cm_thread_cache {

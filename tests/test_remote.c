@@ -1136,8 +1136,8 @@ static void a_consumer_posts_its_outbox_to_the_owner(void **state)
 /* Another thread frees this thread's blocks in no order, each of another span than the one
  * before: the runs of its outbox's first post are short, so the next chains are plain, pushed
  * by the fast path without a run cut at every block. The mailbox says so (its owner then takes
- * it as a list: it has no headers), the heap checks hold throughout, and every block arrives,
- * once. */
+ * it as its inbox: it has no headers), the heap checks hold throughout, and every block
+ * arrives, once. */
 #define SCATTER_STRIDE 1009 /* coprime with every count freed: each block once, spans apart */
 
 static void *free_scattered(void *arg)
@@ -1390,6 +1390,85 @@ static void a_double_free_of_a_block_in_an_outbox_is_reported(void **state)
     expect_report(&spec, "cmalloc: double free %p in free()");
 }
 
+/* Scattered frees (as above) reach the owner as plain posts, whose objects carry ahead links
+ * (internal.h): each one's word 2 names the object CM_POST_AHEAD further down its post, or
+ * nothing near the post's end (the outbox's first post, of runs, has headers there instead).
+ * The owner's next miss takes the mailbox as its inbox, not as its list: the heap checks hold
+ * with it full, its pops hand out its blocks in its order, and what is left in it goes back
+ * with a flush, none lost. */
+static void *inbox_blocks[OUTBOX_BLOCKS];
+
+static void a_plain_mailbox_becomes_the_inbox(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
+    outbox_note note = {
+        .owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS, .scattered = outbox_blocks};
+    on_another_thread(free_scattered, &note);
+    assert_true(note.valid);
+    assert_true(note.plain_seen);
+    assert_false(serves_without_a_miss(c));
+    const cm_fresh_run *run = &cm_thread_cache_current->runs[c];
+    assert_null(run->inbox);
+    void *first = malloc(OUTBOX_SIZE); /* the miss: the mailbox becomes the inbox */
+    assert_non_null(run->inbox);
+    assert_null(cm_thread_cache_current->lists[c].head);
+    uint32_t n = 0;
+    for (void *p = run->inbox; p != NULL && n < OUTBOX_BLOCKS; p = cm_link_next(p))
+        inbox_blocks[n++] = p;
+    assert_int_equal(n, run->inbox_count);
+    assert_int_equal(n + 1, OUTBOX_BLOCKS);
+    uint32_t ahead = 0, none = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        const void *a = cm_ahead_of(inbox_blocks[k]);
+        ahead += k + CM_POST_AHEAD < n && a == inbox_blocks[k + CM_POST_AHEAD];
+        none += a == NULL;
+    }
+    printf("inbox: %u of %u blocks with an ahead link, %u at a post's end\n", ahead, n, none);
+    assert_true(ahead >= n / 2);
+    assert_true(ahead + none + OUTBOX_BLOCKS / 4 >= n);
+    assert_true(cm_heap_check());
+    for (uint32_t k = 0; k < n / 2; k++)
+        assert_ptr_equal(malloc(OUTBOX_SIZE), inbox_blocks[k]);
+    assert_int_equal(run->inbox_count, n - n / 2);
+    assert_true(cm_heap_check());
+    free(first);
+    for (uint32_t k = 0; k < n / 2; k++)
+        free(inbox_blocks[k]);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_int_equal(held_out(c), before); /* the inbox's other half went back with the flush */
+    assert_null(run->inbox);
+}
+
+/* A block that waits in its owner's inbox is free: freeing it is a double free. */
+static void free_twice_from_an_inbox(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    void *keep[4096];
+    allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
+    outbox_note note = {
+        .owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS, .scattered = outbox_blocks};
+    on_another_thread(free_scattered, &note);
+    (void)malloc(OUTBOX_SIZE);
+    void *waiting = cm_thread_cache_current->runs[c].inbox;
+    if (waiting == NULL)
+        _exit(6); /* no inbox: the test would not test it */
+    announce(waiting);
+    free(waiting);
+}
+
+static void a_double_free_of_a_block_in_an_inbox_is_reported(void **state)
+{
+    (void)state;
+    child_spec spec = {.body = free_twice_from_an_inbox};
+    expect_report(&spec, "cmalloc: double free %p in free()");
+}
+
 /* A thread frees this thread's blocks and stays, the last of them in its outbox; a child
  * forked then frees them all again: each is that free's first in the child (the thread's
  * cache is left behind), and a second is a double free as ever. */
@@ -1473,6 +1552,8 @@ int main(void)
         cmocka_unit_test(a_plain_stack_past_a_lists_cap_goes_to_the_central_cache),
         cmocka_unit_test(a_refused_outbox_goes_to_the_central_cache),
         cmocka_unit_test(a_double_free_of_a_block_in_an_outbox_is_reported),
+        cmocka_unit_test(a_plain_mailbox_becomes_the_inbox),
+        cmocka_unit_test(a_double_free_of_a_block_in_an_inbox_is_reported),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_an_outbox),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
