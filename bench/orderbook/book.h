@@ -225,6 +225,8 @@ typedef struct ob_replay_options {
     const char *trades_path; /* NULL: no trade file; "-" standard output */
     int threads;             /* independent books, one thread each (or one pipeline each) */
     int pipeline;            /* gateway thread + matching thread per book */
+    int pin;                 /* thread i (book b's matcher 2b, its gateway 2b+1) runs only on
+                                the i-th CPU the process may use, modulo their number */
     int use_pool;            /* orders from the cmalloc object pool */
     int passes;              /* times each book replays the stream, a fresh book each time
                                 (0 or 1: once) */

@@ -2,7 +2,7 @@
  *
  *   orderbook gen --messages N --seed S [--depth D]          a stream on standard output
  *   orderbook replay FILE [--trades OUT] [--threads T] [--pipeline] [--alloc malloc|pool]
- *                         [--passes P]
+ *                         [--passes P] [--pin]
  *
  * replay parses FILE completely first (a parse error stops it with "file:line: expected ..."
  * and exit status 2), replays it, and prints the summary as "key: value" lines (README.md).
@@ -19,7 +19,7 @@ static void usage(void)
     fputs("usage: orderbook gen --messages N --seed S [--depth D]\n"
           "       orderbook replay FILE [--trades OUT] [--threads T] [--pipeline]"
           " [--alloc malloc|pool]\n"
-          "                            [--passes P]\n",
+          "                            [--passes P] [--pin]\n",
           stderr);
     exit(2);
 }
@@ -78,6 +78,8 @@ static int replay_main(int argc, char **argv)
             options.passes = (int)parse_count("--passes", argv[++i], 1, 1000000);
         } else if (strcmp(argv[i], "--pipeline") == 0) {
             options.pipeline = 1;
+        } else if (strcmp(argv[i], "--pin") == 0) {
+            options.pin = 1;
         } else if (strcmp(argv[i], "--alloc") == 0) {
             const char *a = argv[++i];
             if (a && strcmp(a, "pool") == 0)
