@@ -1155,6 +1155,21 @@ static void *free_scattered(void *arg)
     return NULL;
 }
 
+/* This thread's OUTBOX_BLOCKS blocks (allocate_before_a_miss: the rest to keep, how many
+ * returned) freed on another thread by free_scattered, *note its account: the heap checks
+ * held there, and its outbox gathered a plain chain. */
+static unsigned scatter_outbox_blocks(outbox_note *note, void **keep)
+{
+    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
+    *note = (outbox_note){
+        .owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS, .scattered = outbox_blocks};
+    assert_true(note->owner != 0);
+    on_another_thread(free_scattered, note);
+    assert_true(note->valid);
+    assert_true(note->plain_seen);
+    return kept;
+}
+
 static int compare_pointers(const void *a, const void *b)
 {
     uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
@@ -1167,14 +1182,9 @@ static void scattered_frees_go_out_as_plain_chains(void **state)
     unsigned c = cm_size_class(OUTBOX_SIZE);
     size_t before = held_out(c);
     void *keep[4096];
-    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
-    outbox_note note = {
-        .owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS, .scattered = outbox_blocks};
-    assert_true(note.owner != 0);
-    on_another_thread(free_scattered, &note);
-    assert_true(note.valid);
+    outbox_note note;
+    unsigned kept = scatter_outbox_blocks(&note, keep);
     assert_true(note.collecting);
-    assert_true(note.plain_seen);
     uint32_t count;
     bool plain;
     void *mail = cm_remote_take(note.owner, c, &count, &plain);
@@ -1404,12 +1414,8 @@ static void a_plain_mailbox_becomes_the_inbox(void **state)
     unsigned c = cm_size_class(OUTBOX_SIZE);
     size_t before = held_out(c);
     void *keep[4096];
-    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
-    outbox_note note = {
-        .owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS, .scattered = outbox_blocks};
-    on_another_thread(free_scattered, &note);
-    assert_true(note.valid);
-    assert_true(note.plain_seen);
+    outbox_note note;
+    unsigned kept = scatter_outbox_blocks(&note, keep);
     assert_false(serves_without_a_miss(c));
     const cm_fresh_run *run = &cm_thread_cache_current->runs[c];
     assert_null(run->inbox);
@@ -1450,10 +1456,8 @@ static void free_twice_from_an_inbox(void *arg)
     (void)arg;
     unsigned c = cm_size_class(OUTBOX_SIZE);
     void *keep[4096];
-    allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
-    outbox_note note = {
-        .owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS, .scattered = outbox_blocks};
-    on_another_thread(free_scattered, &note);
+    outbox_note note;
+    scatter_outbox_blocks(&note, keep);
     (void)malloc(OUTBOX_SIZE);
     void *waiting = cm_thread_cache_current->runs[c].inbox;
     if (waiting == NULL)
