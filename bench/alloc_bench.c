@@ -32,6 +32,9 @@
  *   --sharing (window mode): at the end, how many live objects share a 128-byte block (a pair
  *             of cache lines, which the L2 prefetcher fetches together) with another thread's
  *             live object: writes to such neighbours make both threads' cores trade the lines.
+ *   --pin: thread i (crossthread: producers even, consumers odd) runs only on the i-th CPU the
+ *             process may use, modulo their number (bench_util.h's bench_pin_thread), so a
+ *             producer and its consumer never share a core where there are two.
  *
  * Example: build/bench/alloc_bench --threads 4 --mode=window --size-dist=mixed --size 4096
  */
@@ -61,7 +64,8 @@ static struct {
     const char *label;
     uint64_t seed;
     bool sharing;
-} opt = {1, 64, DIST_FIXED, MODE_IMMEDIATE, 1024, 0.2, 1.0, 64, NULL, 1, false};
+    bool pin;
+} opt = {1, 64, DIST_FIXED, MODE_IMMEDIATE, 1024, 0.2, 1.0, 64, NULL, 1, false, false};
 
 static _Atomic int phase = PHASE_WARMUP;
 static uint64_t tsc_overhead;
@@ -351,6 +355,8 @@ drain:
 static void *thread_main(void *arg)
 {
     worker *w = arg;
+    if (opt.pin)
+        bench_pin_thread(w->id);
     if (opt.mode == MODE_WINDOW)
         fill_window(w);
     pthread_barrier_wait(&start_barrier);
@@ -380,7 +386,7 @@ static void usage(void)
             "usage: alloc_bench [--threads N] [--size BYTES] [--size-dist=fixed|mixed|powerlaw]\n"
             "                   [--mode=immediate|window|crossthread] [--window N]\n"
             "                   [--warmup S] [--seconds S] [--sample-rate N] [--label NAME]\n"
-            "                   [--seed N] [--sharing]\n"
+            "                   [--seed N] [--sharing] [--pin]\n"
             "  crossthread runs --threads producers and --threads consumers.\n");
     exit(2);
 }
@@ -419,6 +425,8 @@ static void parse_args(int argc, char **argv)
             opt.seed = (uint64_t)bench_parse_num("--seed", v);
         else if (!strcmp(argv[i], "--sharing"))
             opt.sharing = true;
+        else if (!strcmp(argv[i], "--pin"))
+            opt.pin = true;
         else
             usage();
     }
@@ -440,12 +448,12 @@ int main(int argc, char **argv)
         snprintf(label, sizeof label, "alloc-%s-%s-%zu", mode_name, bench_dist_name(opt.dist),
                  opt.size);
     char params[160];
+    int at = snprintf(params, sizeof params, "mode=%s;dist=%s;size=%zu", mode_name,
+                      bench_dist_name(opt.dist), opt.size);
     if (opt.mode == MODE_WINDOW)
-        snprintf(params, sizeof params, "mode=%s;dist=%s;size=%zu;window=%zu", mode_name,
-                 bench_dist_name(opt.dist), opt.size, opt.window);
-    else
-        snprintf(params, sizeof params, "mode=%s;dist=%s;size=%zu", mode_name,
-                 bench_dist_name(opt.dist), opt.size);
+        at += snprintf(params + at, sizeof params - (size_t)at, ";window=%zu", opt.window);
+    if (opt.pin)
+        snprintf(params + at, sizeof params - (size_t)at, ";pin");
 
     tsc_overhead = bench_tsc_overhead();
 

@@ -39,7 +39,6 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 
 #include "bench_util.h"
@@ -51,7 +50,6 @@ static uint64_t queue_cap = 100; /* batches the queue holds at most */
 static uint64_t shuffle;          /* --shuffle: 1 frees each batch in a fixed random order */
 static uint64_t pin;              /* --pin: 1 runs thread i on the i-th allowed CPU */
 static uint32_t *slot_of;         /* with --shuffle: where a batch's i-th object goes */
-static cpu_set_t allowed;         /* the CPUs the process may use, for --pin */
 
 static _Atomic int phase = BENCH_WARMUP;
 static uint64_t tsc_overhead;
@@ -74,25 +72,6 @@ typedef struct {
     bench_counter count; /* consumers: objects freed; producers: only the sampled mallocs */
 } worker;
 
-/* --pin: the calling thread (worker id) onto one CPU of allowed. */
-static void pin_worker(int id)
-{
-    int cpus = CPU_COUNT(&allowed), nth = id % cpus;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (CPU_ISSET(cpu, &allowed) && nth-- == 0) {
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(cpu, &one);
-            int rc = pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-            if (rc) {
-                fprintf(stderr, "xmalloc_bench: pthread_setaffinity_np: %s\n", strerror(rc));
-                exit(1);
-            }
-            return;
-        }
-    }
-}
-
 static void free_batch(void **batch, bench_sampler *smp)
 {
     for (uint64_t i = 0; i < batch_len; i++)
@@ -106,7 +85,7 @@ static void *producer_main(void *arg)
     bench_sampler smp = bench_sampler_make(opt.seed * 31 + (uint64_t)w->id, opt.sample_rate,
                                            tsc_overhead, &w->count);
     if (pin)
-        pin_worker(w->id);
+        bench_pin_thread(w->id);
     while (bench_counter_check(&w->count, &phase)) {
         void **batch = malloc(batch_len * sizeof(void *));
         if (!batch) {
@@ -147,7 +126,7 @@ static void *consumer_main(void *arg)
     bench_sampler smp = bench_sampler_make(opt.seed * 31 + (uint64_t)w->id, opt.sample_rate,
                                            tsc_overhead, &w->count);
     if (pin)
-        pin_worker(w->id);
+        bench_pin_thread(w->id);
     for (;;) {
         pthread_mutex_lock(&queue.lock);
         while (queue.count == 0 && queue.producers_left > 0)
@@ -181,10 +160,6 @@ int main(int argc, char **argv)
                      "usage: xmalloc_bench [--batch N] [--size BYTES] [--queue N] [--shuffle 0|1]"
                      " [--pin 0|1]\n"
                      "  --threads N runs N producers and N consumers\n");
-    if (pin && sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
-        perror("xmalloc_bench: sched_getaffinity");
-        return 1;
-    }
     if (shuffle) { /* a Fisher-Yates shuffle of 0..batch-1, drawn before the run */
         slot_of = bench_map(batch_len * sizeof(uint32_t));
         uint64_t rs = bench_seed(opt.seed);

@@ -21,6 +21,7 @@
 #   larson2 mstress2    threads replaced while their blocks live on, 2 lanes
 #   rpm1 rpm2           the rpmalloc-style row at 1 and 2 threads
 #   xthr2               alloc-crossthread, 2 producers and 2 consumers
+#   xthrpin1            alloc-crossthread, 1 producer and 1 consumer pinned apart (--pin)
 #   larson8 mstress8 rpm8 xmalloc4 churn8   more threads than this machine's cores (memory)
 #   churn1              thread churn, one thread at a time
 #   imm1 mixed1 pow1    the fast path: 64-byte malloc/free, windows of mixed and of power-law
@@ -74,6 +75,8 @@ row_command() {
         "--threads ${1#mixed}" ;;
     pow*) echo "build/bench/alloc_bench --mode=window --size-dist=powerlaw --size 1048576" \
         "--window 1024 --threads ${1#pow}" ;;
+    xthrpin*) echo "build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024 --pin" \
+        "--threads ${1#xthrpin}" ;;
     xthr*) echo "build/bench/alloc_bench --mode=crossthread --size-dist=mixed --size 1024 --threads ${1#xthr}" ;;
     churn*) echo "build/bench/churn_bench --objects 256 --max-size 4096 --threads ${1#churn}" ;;
     server*) echo "build/bench/server_bench --slots 16384 --max-size 8192 --threads ${1#server}" ;;

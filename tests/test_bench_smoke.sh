@@ -45,6 +45,10 @@ run "server_bench" build/bench/server_bench --threads 2 --slots 2048 $short
 run "churn_bench" build/bench/churn_bench --threads 2 --objects 64 $short
 # the server-pattern benchmarks, shrunk so each thread's part (a batch, a life, a round) is short
 run "xmalloc_bench" build/bench/xmalloc_bench --threads 2 --batch 256 --queue 8 $short
+run "xmalloc_bench pinned, shuffled" build/bench/xmalloc_bench --threads 2 --batch 256 --queue 8 \
+  --pin 1 --shuffle 1 $short
+run "alloc_bench crossthread pinned" build/bench/alloc_bench --mode=crossthread --size 2048 \
+  --threads 2 --pin $short
 run "mstress_bench" build/bench/mstress_bench --threads 2 --slots 100 --life 500 $short
 run "larson_bench" build/bench/larson_bench --threads 2 --window 200 --round 1000 $short
 run "rpmalloc_bench" build/bench/rpmalloc_bench --threads 2 --blocks 200 --round 20 $short

@@ -12,13 +12,13 @@ OB_OBJDIR := build/orderbook-obj
 OB_LIB_SRCS := $(OB_DIR)/book.c $(OB_DIR)/parse.c $(OB_DIR)/gen.c $(OB_DIR)/latency.c \
                $(OB_DIR)/replay.c
 OB_LIB_OBJS := $(patsubst $(OB_DIR)/%.c,$(OB_OBJDIR)/%.o,$(OB_LIB_SRCS))
-OB_CFLAGS := -std=gnu11 -pthread -Iinclude -I$(OB_DIR)
+OB_CFLAGS := -std=gnu11 -pthread -Iinclude -I$(OB_DIR) -Ibench
 OB_LIBS   := -pthread -ldl
 
 $(OB_OBJDIR):
 	mkdir -p $@
 
-$(OB_OBJDIR)/%.o: $(OB_DIR)/%.c $(OB_DIR)/book.h include/cmalloc.h | $(OB_OBJDIR)
+$(OB_OBJDIR)/%.o: $(OB_DIR)/%.c $(OB_DIR)/book.h include/cmalloc.h bench/bench_util.h | $(OB_OBJDIR)
 	$(CC) $(CFLAGS) $(WARN) $(OB_CFLAGS) -c $< -o $@
 
 build/orderbook: $(OB_LIB_OBJS) $(OB_OBJDIR)/main.o

@@ -21,6 +21,7 @@
  * is used when libcmalloc is loaded.
  */
 #define _GNU_SOURCE
+#include "bench_util.h" /* bench_pin_thread (--pin) */
 #include "book.h"
 #include "cmalloc.h"
 
@@ -137,37 +138,11 @@ static void touch_stream(const ob_stream *stream)
     (void)sink;
 }
 
-/* --pin: the calling thread onto the nth CPU the process may use (modulo their number), so a
- * book's gateway and matcher never share a core and every order crosses between them: left
- * to the scheduler, on a 2-core machine the pair shares one core in some runs and not in
- * others, and the rate moves several times with it for every allocator. */
-static void pin_thread(int nth)
-{
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
-        perror("orderbook: sched_getaffinity");
-        abort();
-    }
-    nth %= CPU_COUNT(&allowed);
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (CPU_ISSET(cpu, &allowed) && nth-- == 0) {
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(cpu, &one);
-            if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) {
-                fputs("orderbook: pthread_setaffinity_np failed\n", stderr);
-                abort();
-            }
-            return;
-        }
-    }
-}
-
 static void *gateway_main(void *arg)
 {
     worker *w = arg;
     if (w->options->pin)
-        pin_thread(2 * w->index + 1);
+        bench_pin_thread(2 * w->index + 1);
     spsc_queue *q = w->queue;
     const ob_msg *msgs = w->stream->msgs;
     size_t n = w->stream->count, tail = 0;
@@ -234,7 +209,7 @@ static void *matcher_main(void *arg)
 {
     worker *w = arg;
     if (w->options->pin)
-        pin_thread(2 * w->index);
+        bench_pin_thread(2 * w->index);
     ob_trades ring;
     ob_trades_init(&ring, 2 * DRAIN_AT);
     ob_book *book = ob_book_create(&ring, &w->allocator);
