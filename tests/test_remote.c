@@ -1524,6 +1524,63 @@ static void a_child_may_free_again_what_waits_in_an_outbox(void **state)
                  describe_status(result.status, how, sizeof how), result.output);
 }
 
+/* A thread's inbox holds what another thread freed, and the thread stays; a child forked then
+ * frees those blocks again: each is that free's first in the child (the thread's cache is
+ * left behind, and its inbox searched as its lists are), and a second is a double free as
+ * ever. */
+static _Atomic int inbox_filled, inbox_children_done;
+static uint32_t inbox_waiting; /* how many of inbox_blocks the staying thread's inbox holds */
+
+static void *fill_an_inbox_and_stay(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    void *keep[4096];
+    allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
+    outbox_note note = {
+        .owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS, .scattered = outbox_blocks};
+    on_another_thread(free_scattered, &note);
+    (void)malloc(OUTBOX_SIZE); /* the miss: the mailbox becomes the inbox */
+    for (void *p = cm_thread_cache_current->runs[c].inbox; p != NULL; p = cm_link_next(p))
+        inbox_blocks[inbox_waiting++] = p;
+    atomic_store(&inbox_filled, 1);
+    while (!atomic_load(&inbox_children_done))
+        cm_os_yield();
+    return NULL;
+}
+
+static void free_inbox_blocks_again(void *arg)
+{
+    for (uint32_t i = 0; i < inbox_waiting; i++)
+        free(inbox_blocks[i]);
+    if (!cm_heap_check())
+        _exit(5);
+    if (arg != NULL)
+        free(inbox_blocks[0]);
+}
+
+static void a_child_may_free_again_what_waits_in_an_inbox(void **state)
+{
+    (void)state;
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, fill_an_inbox_and_stay, NULL), 0);
+    while (!atomic_load(&inbox_filled))
+        cm_os_yield();
+    assert_true(inbox_waiting > OUTBOX_BLOCKS / 2);
+    static child_result result;
+    child_spec spec = {.body = free_inbox_blocks_again};
+    run_child(&spec, &result);
+    char expected[96];
+    snprintf(expected, sizeof expected, "cmalloc: double free %p in free()", inbox_blocks[0]);
+    expect_death(free_inbox_blocks_again, "twice", expected);
+    atomic_store(&inbox_children_done, 1);
+    pthread_join(thread, NULL);
+    char how[96];
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("a child's free of blocks waiting in a left-behind inbox: %s\n%s",
+                 describe_status(result.status, how, sizeof how), result.output);
+}
+
 int main(void)
 {
     start_watchdog("test_remote", 120);
@@ -1558,6 +1615,7 @@ int main(void)
         cmocka_unit_test(a_double_free_of_a_block_in_an_outbox_is_reported),
         cmocka_unit_test(a_plain_mailbox_becomes_the_inbox),
         cmocka_unit_test(a_double_free_of_a_block_in_an_inbox_is_reported),
+        cmocka_unit_test(a_child_may_free_again_what_waits_in_an_inbox),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_an_outbox),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
