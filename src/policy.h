@@ -233,10 +233,9 @@
  * after one whose runs were short, before it measures them again. */
 #define CM_PLAIN_POSTS 8
 /* How far ahead an inbox's pop prefetches (internal.h, "ahead links"): the object this many
- * further down a plain post. A cross-core producer/consumer with 64-byte objects freed in
- * random order (`build/bench/xmalloc_bench --threads 1 --pin --free-order random`) ran the
- * same at 8, 16 and 32 in a build that prefetched the whole inbox at its take; at the pop,
- * 8 allocations are ample lead for a line the other core holds. */
+ * further down a plain post, so a line another core holds has 8 allocations' time to come.
+ * Also the objects at the end of each post that no pop prefetches (a post of 64-byte objects
+ * holds 128). */
 #define CM_POST_AHEAD 8
 /* Lists of a class given back unsorted after one that was mostly the thread's own
  * (thread_cache.c's send_home): larson 44.3M against 40.1M ops/s at 2 threads, the

@@ -725,11 +725,11 @@ static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
  * mailbox holds what other threads freed in no order, on other cores: a list's pop waits on
  * each object's link in turn, a transfer from another core at every allocation (88% of
  * malloc's samples under `perf record` in a producer/consumer pinned to two cores whose
- * consumer frees in random order, `build/bench/xmalloc_bench --threads 1 --pin --free-order
- * random`). Kept apart from the list, the prefetch costs the list's pops nothing, and no
- * prefetch is made of a word 2 the program wrote. As a fresh run: what the thread frees meanwhile
- * is handed out first, its objects count with the local lists (local_published), not against
- * the budget (it holds at most a list's cap: take_mailbox), it goes back with the run
+ * consumer frees in random order, `build/bench/xmalloc_bench --threads 1 --pin 1 --shuffle
+ * 1`). Kept apart from the list, the prefetch costs the list's pops nothing, and no prefetch
+ * is made of a word 2 the program wrote. As a fresh run: what the thread frees meanwhile is
+ * handed out first, its objects count with the local lists (local_published), not against the
+ * budget (it holds at most a list's cap: take_mailbox), it goes back with the run
  * (run_give_back), and a fork's child searches a left-behind cache's too.
  * Invariant: inbox_count objects of the class from inbox, marked, NULL-terminated; both zero
  * when empty; only filled when empty. */
@@ -1297,9 +1297,13 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
         if (head != NULL)
             fill_list_with(cache, size_class, head, n - run_objects(cache, size_class));
     }
-    void *object = list->head != NULL              ? cm_free_list_pop(list)
-                   : run_objects(cache, size_class) ? cm_fresh_run_take(run)
-                                                  : cm_thread_cache_inbox_pop(run);
+    void *object;
+    if (list->head != NULL)
+        object = cm_free_list_pop(list);
+    else if (run_objects(cache, size_class) > 0)
+        object = cm_fresh_run_take(run);
+    else
+        object = cm_thread_cache_inbox_pop(run);
     publish(cache, size_class);
     if (over_budget(cache, 0))
         scavenge(cache, 0);
