@@ -333,6 +333,44 @@ static void an_idle_class_mailbox_is_given_back(void **state)
 static void *handed[HANDED];
 static _Atomic int handed_over, children_done;
 
+/* What a forked child frees again (free_again): again_count blocks from again_blocks. */
+static void **again_blocks;
+static uint32_t again_count;
+
+/* In a child: frees the blocks, each for the first time there, and checks the heap; with an
+ * argument, frees the first one a second time. */
+static void free_again(void *arg)
+{
+    for (uint32_t i = 0; i < again_count; i++)
+        free(again_blocks[i]);
+    if (!cm_heap_check())
+        _exit(5);
+    if (arg != NULL)
+        free(again_blocks[0]);
+}
+
+/* A child forked now frees count blocks again with no report (what: the blocks, for the
+ * failure's message); with twice, another frees the first one twice and is told of a double
+ * free. */
+static void expect_first_frees_in_a_child(void **blocks, uint32_t count, bool twice,
+                                          const char *what)
+{
+    again_blocks = blocks;
+    again_count = count;
+    static child_result result;
+    child_spec spec = {.body = free_again};
+    run_child(&spec, &result);
+    char how[96];
+    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
+        fail_msg("a child's free of %s: %s\n%s", what,
+                 describe_status(result.status, how, sizeof how), result.output);
+    if (twice) {
+        char expected[96];
+        snprintf(expected, sizeof expected, "cmalloc: double free %p in free()", blocks[0]);
+        expect_death(free_again, "twice", expected);
+    }
+}
+
 static void *free_handed_and_stay(void *arg)
 {
     (void)arg;
@@ -344,16 +382,6 @@ static void *free_handed_and_stay(void *arg)
     return NULL;
 }
 
-static void free_handed_again(void *arg)
-{
-    for (int i = 0; i < HANDED; i++)
-        free(handed[i]);
-    if (!cm_heap_check())
-        _exit(5);
-    if (arg != NULL)
-        free(handed[0]);
-}
-
 static void a_child_may_free_again_what_another_thread_sent_home(void **state)
 {
     (void)state;
@@ -363,18 +391,10 @@ static void a_child_may_free_again_what_another_thread_sent_home(void **state)
     assert_int_equal(pthread_create(&thread, NULL, free_handed_and_stay, NULL), 0);
     while (!atomic_load(&handed_over))
         cm_os_yield();
-    static child_result result;
-    child_spec spec = {.body = free_handed_again};
-    run_child(&spec, &result);
-    char expected[96];
-    snprintf(expected, sizeof expected, "cmalloc: double free %p in free()", handed[0]);
-    expect_death(free_handed_again, "twice", expected);
+    expect_first_frees_in_a_child(handed, HANDED, true,
+                                  "blocks another thread freed before the fork");
     atomic_store(&children_done, 1);
     pthread_join(thread, NULL);
-    char how[96];
-    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
-        fail_msg("a child's free of blocks another thread freed before the fork: %s\n%s",
-                 describe_status(result.status, how, sizeof how), result.output);
 }
 /* The other way round: a thread allocates blocks and stays while the main thread frees them,
  * which posts them to that thread's mailbox. A child forked then frees every one again: the
@@ -406,15 +426,10 @@ static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **st
     for (int i = 0; i < HANDED; i++)
         free(handed[i]);
     cm_thread_cache_flush_current(); /* every one posted, none left on this thread's list */
-    static child_result result;
-    child_spec spec = {.body = free_handed_again};
-    run_child(&spec, &result);
+    expect_first_frees_in_a_child(handed, HANDED, false,
+                                  "blocks waiting in a left-behind mailbox");
     atomic_store(&parent_done, 1);
     pthread_join(thread, NULL);
-    char how[96];
-    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
-        fail_msg("a child's free of blocks waiting in a left-behind mailbox: %s\n%s",
-                 describe_status(result.status, how, sizeof how), result.output);
 }
 
 /* Another thread frees whole spans of this thread's blocks, in the order they were carved:
@@ -1488,16 +1503,6 @@ static void *fill_an_outbox_and_stay(void *arg)
     return NULL;
 }
 
-static void free_outbox_blocks_again(void *arg)
-{
-    for (int i = 0; i < OUTBOX_BLOCKS; i++)
-        free(outbox_blocks[i]);
-    if (!cm_heap_check())
-        _exit(5);
-    if (arg != NULL)
-        free(outbox_blocks[OUTBOX_BLOCKS - 1]);
-}
-
 static void a_child_may_free_again_what_waits_in_an_outbox(void **state)
 {
     (void)state;
@@ -1509,19 +1514,14 @@ static void a_child_may_free_again_what_waits_in_an_outbox(void **state)
     while (!atomic_load(&outbox_filled))
         cm_os_yield();
     assert_true(note.collecting && note.most_held > 0);
-    static child_result result;
-    child_spec spec = {.body = free_outbox_blocks_again};
-    run_child(&spec, &result);
-    char expected[96];
-    snprintf(expected, sizeof expected, "cmalloc: double free %p in free()",
-             outbox_blocks[OUTBOX_BLOCKS - 1]);
-    expect_death(free_outbox_blocks_again, "twice", expected);
+    /* the last block freed, the outbox's newest, first: the one freed twice */
+    static void *newest_first[OUTBOX_BLOCKS];
+    for (int i = 0; i < OUTBOX_BLOCKS; i++)
+        newest_first[i] = outbox_blocks[OUTBOX_BLOCKS - 1 - i];
+    expect_first_frees_in_a_child(newest_first, OUTBOX_BLOCKS, true,
+                                  "blocks waiting in a left-behind outbox");
     atomic_store(&outbox_children_done, 1);
     pthread_join(thread, NULL);
-    char how[96];
-    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
-        fail_msg("a child's free of blocks waiting in a left-behind outbox: %s\n%s",
-                 describe_status(result.status, how, sizeof how), result.output);
 }
 
 /* A thread's inbox holds what another thread freed, and the thread stays; a child forked then
@@ -1549,16 +1549,6 @@ static void *fill_an_inbox_and_stay(void *arg)
     return NULL;
 }
 
-static void free_inbox_blocks_again(void *arg)
-{
-    for (uint32_t i = 0; i < inbox_waiting; i++)
-        free(inbox_blocks[i]);
-    if (!cm_heap_check())
-        _exit(5);
-    if (arg != NULL)
-        free(inbox_blocks[0]);
-}
-
 static void a_child_may_free_again_what_waits_in_an_inbox(void **state)
 {
     (void)state;
@@ -1567,18 +1557,10 @@ static void a_child_may_free_again_what_waits_in_an_inbox(void **state)
     while (!atomic_load(&inbox_filled))
         cm_os_yield();
     assert_true(inbox_waiting > OUTBOX_BLOCKS / 2);
-    static child_result result;
-    child_spec spec = {.body = free_inbox_blocks_again};
-    run_child(&spec, &result);
-    char expected[96];
-    snprintf(expected, sizeof expected, "cmalloc: double free %p in free()", inbox_blocks[0]);
-    expect_death(free_inbox_blocks_again, "twice", expected);
+    expect_first_frees_in_a_child(inbox_blocks, inbox_waiting, true,
+                                  "blocks waiting in a left-behind inbox");
     atomic_store(&inbox_children_done, 1);
     pthread_join(thread, NULL);
-    char how[96];
-    if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0)
-        fail_msg("a child's free of blocks waiting in a left-behind inbox: %s\n%s",
-                 describe_status(result.status, how, sizeof how), result.output);
 }
 
 int main(void)
