@@ -234,8 +234,8 @@
 #define CM_PLAIN_POSTS 8
 /* How far ahead an inbox's pop prefetches (internal.h, "ahead links"): the object this many
  * further down a plain post, so a line another core holds has 8 allocations' time to come.
- * Also the objects at the end of each post that no pop prefetches (a post of 64-byte objects
- * holds 128). */
+ * Also how many objects at the top of each post no pop prefetches (nothing above a post links
+ * into it; a post of 64-byte objects holds 128). */
 #define CM_POST_AHEAD 8
 /* Lists of a class given back unsorted after one that was mostly the thread's own
  * (thread_cache.c's send_home): larson 44.3M against 40.1M ops/s at 2 threads, the

@@ -177,9 +177,11 @@ static void set_ahead_links(void *top)
         void **slot = &behind[walked % CM_POST_AHEAD];
         if (*slot != NULL)
             cm_ahead_set(*slot, object);
-        cm_ahead_set(object, NULL);
         *slot = object;
     }
+    for (unsigned i = 0; i < CM_POST_AHEAD; i++) /* the last ones: nothing further down */
+        if (behind[i] != NULL)
+            cm_ahead_set(behind[i], NULL);
 }
 
 /* Posts the chain (of marked objects of size_class) to slot's owner; false when the slot has

@@ -156,6 +156,14 @@ static uint32_t run_objects(const cm_thread_cache *cache, unsigned size_class)
     return (uint32_t)((size_t)(run->end - run->next) / cm_classes[size_class].size);
 }
 
+/* Objects of size_class the cache holds beside its list: on local lists, in the outbox, the
+ * fresh run and the inbox. */
+static uint32_t held_beside_list(const cm_thread_cache *cache, unsigned size_class)
+{
+    return cache->local_objects[size_class] + cache->outboxes[size_class].chain.count +
+           run_objects(cache, size_class) + cache->runs[size_class].inbox_count;
+}
+
 /* Counts list size_class's bytes as they are now in the cache's published size (the other
  * lists count as of their own last slow path); its local lists, outbox, fresh run and inbox
  * count in local_published. */
@@ -167,8 +175,7 @@ static void publish(cm_thread_cache *cache, unsigned size_class)
                    ((size_t)length - cache->published_length[size_class]) * size;
     cache->published_length[size_class] = length;
     __atomic_store_n(&cache->published_size, bytes, __ATOMIC_RELAXED);
-    uint32_t local = cache->local_objects[size_class] + cache->outboxes[size_class].chain.count +
-                     run_objects(cache, size_class) + cache->runs[size_class].inbox_count;
+    uint32_t local = held_beside_list(cache, size_class);
     bytes = cache->local_published +
             ((size_t)local - cache->local_published_objects[size_class]) * size;
     cache->local_published_objects[size_class] = local;
@@ -723,14 +730,15 @@ static void release_idle_mailbox(cm_thread_cache *cache, unsigned size_class)
  * than making it the list: the fast path pops it once the list and the fresh run are empty
  * (fastpath.h's cm_alloc), and each pop prefetches the object CM_POST_AHEAD further on. Such a
  * mailbox holds what other threads freed in no order, on other cores: a list's pop waits on
- * each object's link in turn, a transfer from another core at every allocation (88% of
- * malloc's samples under `perf record` in a producer/consumer pinned to two cores whose
- * consumer frees in random order, `build/bench/xmalloc_bench --threads 1 --pin 1 --shuffle
- * 1`). Kept apart from the list, the prefetch costs the list's pops nothing, and no prefetch
- * is made of a word 2 the program wrote. As a fresh run: what the thread frees meanwhile is
- * handed out first, its objects count with the local lists (local_published), not against the
- * budget (it holds at most a list's cap: take_mailbox), it goes back with the run
- * (run_give_back), and a fork's child searches a left-behind cache's too.
+ * each object's link in turn, a transfer from another core at every allocation (99% of
+ * malloc's samples, malloc 73% of all, under `perf record -e cpu-clock` of a producer/consumer
+ * pinned to two cores whose consumer frees in random order, `build/bench/xmalloc_bench
+ * --threads 1 --pin 1 --shuffle 1 --seconds 2`, at e201be6). Kept apart from the list, the
+ * prefetch costs the list's pops nothing, and no prefetch is made of a word 2 the program
+ * wrote. As a fresh run: what the thread frees meanwhile is handed out first, its objects
+ * count with the local lists (local_published), not against the budget (it holds at most a
+ * list's cap: take_mailbox), it goes back with the run (run_give_back), and a fork's child
+ * searches a left-behind cache's too.
  * Invariant: inbox_count objects of the class from inbox, marked, NULL-terminated; both zero
  * when empty; only filled when empty. */
 
@@ -1358,8 +1366,7 @@ void cm_thread_cache_flush_current(void)
 static size_t held_objects(const cm_thread_cache *cache, unsigned size_class)
 {
     return (size_t)cm_free_list_length(&cache->lists[size_class]) +
-           cache->local_objects[size_class] + cache->outboxes[size_class].chain.count +
-           run_objects(cache, size_class) + cache->runs[size_class].inbox_count;
+           held_beside_list(cache, size_class);
 }
 
 static size_t held_bytes(const cm_thread_cache *cache)

@@ -49,6 +49,24 @@ static void on_another_thread(void *(*body)(void *), void *arg)
     assert_int_equal(pthread_join(thread, NULL), 0);
 }
 
+/* A thread that must outlive a fork stays: it says it is ready, then waits until it may go. */
+static void ready_then_stay(_Atomic int *ready, _Atomic int *may_go)
+{
+    atomic_store(ready, 1);
+    while (!atomic_load(may_go))
+        cm_os_yield();
+}
+
+/* Starts body on a thread and waits until it says it is ready. */
+static pthread_t start_until_ready(void *(*body)(void *), void *arg, _Atomic int *ready)
+{
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, body, arg), 0);
+    while (!atomic_load(ready))
+        cm_os_yield();
+    return thread;
+}
+
 /* Posts a list taken from slot's mailbox back to it, cut into runs again. */
 static void post_back(unsigned slot, unsigned size_class, void *list, uint32_t count)
 {
@@ -376,9 +394,7 @@ static void *free_handed_and_stay(void *arg)
     (void)arg;
     for (int i = 0; i < HANDED; i++)
         free(handed[i]);
-    atomic_store(&handed_over, 1);
-    while (!atomic_load(&children_done))
-        cm_os_yield();
+    ready_then_stay(&handed_over, &children_done);
     return NULL;
 }
 
@@ -387,10 +403,7 @@ static void a_child_may_free_again_what_another_thread_sent_home(void **state)
     (void)state;
     for (int i = 0; i < HANDED; i++)
         handed[i] = malloc(SIZE);
-    pthread_t thread;
-    assert_int_equal(pthread_create(&thread, NULL, free_handed_and_stay, NULL), 0);
-    while (!atomic_load(&handed_over))
-        cm_os_yield();
+    pthread_t thread = start_until_ready(free_handed_and_stay, NULL, &handed_over);
     expect_first_frees_in_a_child(handed, HANDED, true,
                                   "blocks another thread freed before the fork");
     atomic_store(&children_done, 1);
@@ -407,9 +420,7 @@ static void *allocate_and_stay(void *arg)
     (void)arg;
     for (int i = 0; i < HANDED; i++)
         handed[i] = malloc(SIZE);
-    atomic_store(&allocated, 1);
-    while (!atomic_load(&parent_done))
-        cm_os_yield();
+    ready_then_stay(&allocated, &parent_done);
     return NULL;
 }
 
@@ -417,10 +428,7 @@ static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **st
 {
     (void)state;
     atomic_store(&allocated, 0);
-    pthread_t thread;
-    assert_int_equal(pthread_create(&thread, NULL, allocate_and_stay, NULL), 0);
-    while (!atomic_load(&allocated))
-        cm_os_yield();
+    pthread_t thread = start_until_ready(allocate_and_stay, NULL, &allocated);
     /* This thread's earlier lists were mostly its own: sorted by owner from the first again. */
     cm_thread_cache_current->unsorted[cm_size_class(SIZE)] = 0;
     for (int i = 0; i < HANDED; i++)
@@ -1497,9 +1505,7 @@ static void *fill_an_outbox_and_stay(void *arg)
 {
     outbox_note *n = arg;
     free_into_outbox(n);
-    atomic_store(&outbox_filled, 1);
-    while (!atomic_load(&outbox_children_done))
-        cm_os_yield();
+    ready_then_stay(&outbox_filled, &outbox_children_done);
     return NULL;
 }
 
@@ -1509,10 +1515,7 @@ static void a_child_may_free_again_what_waits_in_an_outbox(void **state)
     for (int i = 0; i < OUTBOX_BLOCKS; i++)
         outbox_blocks[i] = malloc(OUTBOX_SIZE);
     outbox_note note = {.owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS};
-    pthread_t thread;
-    assert_int_equal(pthread_create(&thread, NULL, fill_an_outbox_and_stay, &note), 0);
-    while (!atomic_load(&outbox_filled))
-        cm_os_yield();
+    pthread_t thread = start_until_ready(fill_an_outbox_and_stay, &note, &outbox_filled);
     assert_true(note.collecting && note.most_held > 0);
     /* the last block freed, the outbox's newest, first: the one freed twice */
     static void *newest_first[OUTBOX_BLOCKS];
@@ -1543,19 +1546,14 @@ static void *fill_an_inbox_and_stay(void *arg)
     (void)malloc(OUTBOX_SIZE); /* the miss: the mailbox becomes the inbox */
     for (void *p = cm_thread_cache_current->runs[c].inbox; p != NULL; p = cm_link_next(p))
         inbox_blocks[inbox_waiting++] = p;
-    atomic_store(&inbox_filled, 1);
-    while (!atomic_load(&inbox_children_done))
-        cm_os_yield();
+    ready_then_stay(&inbox_filled, &inbox_children_done);
     return NULL;
 }
 
 static void a_child_may_free_again_what_waits_in_an_inbox(void **state)
 {
     (void)state;
-    pthread_t thread;
-    assert_int_equal(pthread_create(&thread, NULL, fill_an_inbox_and_stay, NULL), 0);
-    while (!atomic_load(&inbox_filled))
-        cm_os_yield();
+    pthread_t thread = start_until_ready(fill_an_inbox_and_stay, NULL, &inbox_filled);
     assert_true(inbox_waiting > OUTBOX_BLOCKS / 2);
     expect_first_frees_in_a_child(inbox_blocks, inbox_waiting, true,
                                   "blocks waiting in a left-behind inbox");
