@@ -153,6 +153,8 @@ static size_t claim_budget(size_t want)
 static uint32_t run_objects(const cm_thread_cache *cache, unsigned size_class)
 {
     const cm_fresh_run *run = &cache->runs[size_class];
+    if (run->next == run->end) /* no division for the many classes without a run */
+        return 0;
     return (uint32_t)((size_t)(run->end - run->next) / cm_classes[size_class].size);
 }
 
@@ -162,6 +164,19 @@ static uint32_t held_beside_list(const cm_thread_cache *cache, unsigned size_cla
 {
     return cache->local_objects[size_class] + cache->outboxes[size_class].chain.count +
            run_objects(cache, size_class) + cache->runs[size_class].inbox_count;
+}
+
+/* Whether the cache holds nothing of size_class, counts nothing of it as published and its
+ * outbox collects for none: what release_all and halve_lists do for a class is then nothing,
+ * and a thread uses few of the 97 (a churn_bench thread's exit walked them all, 35k of the
+ * 119k instructions of its life under callgrind). */
+static bool holds_none_of(const cm_thread_cache *cache, unsigned size_class)
+{
+    return cm_free_list_length(&cache->lists[size_class]) == 0 &&
+           cache->published_length[size_class] == 0 &&
+           cache->local_published_objects[size_class] == 0 &&
+           held_beside_list(cache, size_class) == 0 &&
+           cache->outbox_slot[size_class] == CM_NO_OWN_SLOT;
 }
 
 /* Counts list size_class's bytes as they are now in the cache's published size (the other
@@ -519,6 +534,8 @@ static bool outbox_valid(const cm_thread_cache *cache, unsigned size_class)
 static void release_all(cm_thread_cache *cache, bool keep_lists)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        if (holds_none_of(cache, size_class))
+            continue;
         local_give_back_class(cache, size_class);
         run_give_back(cache, size_class);
         if (keep_lists)
@@ -1201,6 +1218,8 @@ static void halve_lists(cm_thread_cache *cache)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
         cm_free_list *list = &cache->lists[size_class];
+        if (list->max_length == 0 && holds_none_of(cache, size_class))
+            continue;
         uint32_t max_length = list->max_length / 2, length = cm_free_list_length(list);
         if (length > max_length)
             release_objects(cache, size_class, length - max_length, false);
