@@ -168,8 +168,10 @@ static uint32_t held_beside_list(const cm_thread_cache *cache, unsigned size_cla
 
 /* Whether the cache holds nothing of size_class, counts nothing of it as published and its
  * outbox collects for none: what release_all and halve_lists do for a class is then nothing,
- * and a thread uses few of the 97 (a churn_bench thread's exit walked them all, 35k of the
- * 119k instructions of its life under callgrind). */
+ * and a thread uses few of the 97. Passing those by took a churn_bench thread's exit from
+ * 35.4k to 32.2k instructions, of 119.5k and 116.5k in its whole life (`valgrind
+ * --tool=callgrind --trace-children=yes env LD_PRELOAD=<lib> build/bench/churn_bench --objects
+ * 256 --max-size 4096 --threads 1 --seconds 3`, totals over the threads it ran). */
 static bool holds_none_of(const cm_thread_cache *cache, unsigned size_class)
 {
     return cm_free_list_length(&cache->lists[size_class]) == 0 &&
