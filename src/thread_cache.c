@@ -970,7 +970,7 @@ static bool take_left_behind_remote(void *object, unsigned size_class)
  * just walked the same objects back there under each class's lock. So an exiting thread gives
  * back its local lists, outboxes and mailboxes and parks its slot as before, sends home the
  * lists headed by another owner's objects (send_others_home), and keeps the rest of its lists,
- * halved until they hold at most CM_STOCKED_BYTES: the cache is stocked (at most
+ * trimmed to at most CM_STOCKED_BYTES (trim_for_stock): the cache is stocked (at most
  * CM_STOCKED_CACHES of them, newest first, under registry_lock; past that it is flushed), and
  * the next cache created is the newest stocked one, lists, budget and all. Its slot it opens as
  * a new cache does, on a miss: the parked one that owns what its thread freed first, or else
@@ -1061,6 +1061,37 @@ static size_t stocked_bytes_locked(void)
     return bytes;
 }
 
+/* A cache going into the stock keeps at most CM_STOCKED_BYTES on its lists: whole lists go
+ * back from the largest class down (a large object gives back the most bytes for the walk and
+ * the flush it costs, and the small classes, which serve the most allocations a byte, stay),
+ * then every list's max_length is halved once, to no fewer than it holds. Halving every list
+ * until the bytes fitted (two or three times for an mstress thread) walked half of every
+ * list each time and left the next thread lists an eighth as long to grow back one miss at a
+ * time: an mstress leg of 10,000 calls took 1,408K instructions, 88K of them its thread's exit
+ * and 177K its allocation misses; 1,271K, 61K and 93K so (docs/PERFORMANCE.md has the
+ * commands). */
+static void trim_for_stock(cm_thread_cache *cache)
+{
+    for (unsigned size_class = cm_class_count - 1;
+         size_class >= 1 && cache->published_size > CM_STOCKED_BYTES; size_class--) {
+        uint32_t length = cm_free_list_length(&cache->lists[size_class]);
+        const size_t size = cm_classes[size_class].size,
+                     over = cache->published_size - CM_STOCKED_BYTES;
+        if (length == 0)
+            continue;
+        release_objects(cache, size_class,
+                        over >= length * size ? length : (uint32_t)((over + size - 1) / size),
+                        false);
+        publish(cache, size_class);
+    }
+    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+        const cm_free_list *list = &cache->lists[size_class];
+        uint32_t length = cm_free_list_length(list), half = list->max_length / 2;
+        if (list->max_length > 0)
+            set_max_length(cache, size_class, length > half ? length : half);
+    }
+}
+
 static void thread_exit(void *arg)
 {
     cm_thread_cache *cache = arg;
@@ -1070,8 +1101,8 @@ static void thread_exit(void *arg)
     bool keep = atomic_load_explicit(&stocked_count, memory_order_relaxed) < CM_STOCKED_CACHES;
     if (keep && over_budget(cache, 0)) /* the fast paths' pushes since the last slow path */
         scavenge(cache, 0);
-    while (keep && cache->published_size > CM_STOCKED_BYTES)
-        halve_lists(cache);
+    if (keep)
+        trim_for_stock(cache);
     if (!keep)
         release_all(cache, false);
     abandon(cache);
