@@ -155,6 +155,13 @@
  * within the spread of no stock (a churning thread of that row ends with 100-250 KiB listed). */
 #define CM_STOCKED_CACHES 4
 #define CM_STOCKED_BYTES  ((size_t)128 << 10)
+/* ...and its lists' max_lengths halved until they add up to at most this (thread_cache.c's
+ * trim_for_stock): halved once only, larson's peak RSS at 2-8 threads rose 1.10-1.12x, so
+ * the next thread's lists may grow back to twice what the stock keeps before they slow-start
+ * (`scripts/bench-ab.sh --reps 11 --rows mstress1,mstress2,mstress4,mstress8,larson2,larson8
+ * base=<lib> once=<lib> capped=<lib>`: larson at 2 and 8 threads 11.4 and 41.5 MiB halved
+ * once, 10.7 and 38.2 capped, 10.4 and 37.7 halving until the bytes fitted). */
+#define CM_STOCKED_CAPACITY (2 * CM_STOCKED_BYTES)
 /* Slots of exited caches kept, with the spans they own, for the next caches to start (a thread
  * that replaces one that exited takes over its pages, as larson's and mstress's do); each is
  * shared out after a release delay unused. */

@@ -1064,12 +1064,12 @@ static size_t stocked_bytes_locked(void)
 /* A cache going into the stock keeps at most CM_STOCKED_BYTES on its lists: whole lists go
  * back from the largest class down (a large object gives back the most bytes for the walk and
  * the flush it costs, and the small classes, which serve the most allocations a byte, stay),
- * then every list's max_length is halved once, to no fewer than it holds. Halving every list
- * until the bytes fitted (two or three times for an mstress thread) walked half of every
- * list each time and left the next thread lists an eighth as long to grow back one miss at a
- * time: an mstress leg of 10,000 calls took 1,408K instructions, 88K of them its thread's exit
- * and 177K its allocation misses; 1,271K, 61K and 93K so (docs/PERFORMANCE.md has the
- * commands). */
+ * then every list's max_length is halved, to no fewer than it holds, once and again until
+ * they add up to CM_STOCKED_CAPACITY. Halving every list until the bytes fitted (two or three
+ * times for an mstress thread) walked half of every list each time and left the next thread
+ * lists an eighth as long to grow back one miss at a time: an mstress leg of 10,000 calls took
+ * 1,408K instructions, 88K of them its thread's exit and 177K its allocation misses; 1,296K,
+ * 58K and 108K so (docs/PERFORMANCE.md has the commands). */
 static void trim_for_stock(cm_thread_cache *cache)
 {
     for (unsigned size_class = cm_class_count - 1;
@@ -1084,12 +1084,16 @@ static void trim_for_stock(cm_thread_cache *cache)
                         false);
         publish(cache, size_class);
     }
-    for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
-        const cm_free_list *list = &cache->lists[size_class];
-        uint32_t length = cm_free_list_length(list), half = list->max_length / 2;
-        if (list->max_length > 0)
-            set_max_length(cache, size_class, length > half ? length : half);
-    }
+    size_t before;
+    do {
+        before = cache->capacity;
+        for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
+            const cm_free_list *list = &cache->lists[size_class];
+            uint32_t length = cm_free_list_length(list), half = list->max_length / 2;
+            if (list->max_length > 0)
+                set_max_length(cache, size_class, length > half ? length : half);
+        }
+    } while (cache->capacity > CM_STOCKED_CAPACITY && cache->capacity < before);
 }
 
 static void thread_exit(void *arg)
