@@ -2,12 +2,15 @@
 """vs-best-peer - each cell of a matrix.csv against the fastest peer, and the geometric means.
 
   scripts/vs-best-peer.py MATRIX.csv [--mine cmalloc,owner] [--peers jemalloc,tcmalloc,...]
+                          [--spread RUNS.csv]
 
 For every (workload, threads) cell that every allocator of --mine ran: each one's speed over
 the fastest --peers allocator's (ops/s; whole programs: 1 / wall time), and that peer. Then,
 over those cells, the geometric mean of each --mine allocator against the best peer, of each
 peer against the best of all the others (the --mine ones included), and each one's peak RSS
 against jemalloc's. The figures docs/DESIGN.md quotes as "against the best peer" come from it.
+--spread RUNS.csv (the run's every repetition) adds how much the run moved: for each
+allocator, the fastest of a cell's repetitions over the slowest, at the median cell.
 Standard library only.
 """
 import argparse
@@ -18,14 +21,20 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("matrix")
 ap.add_argument("--mine", default="cmalloc")
 ap.add_argument("--peers", default="jemalloc,tcmalloc,mimalloc,snmalloc,mimalloc3")
+ap.add_argument("--spread", metavar="RUNS.csv")
 args = ap.parse_args()
 mine, peers = args.mine.split(","), args.peers.split(",")
+
+
+def speed_of(row):
+    ops, wall = float(row["ops_per_sec"] or 0), float(row["wall_s"] or 0)
+    return ops if ops > 0 else (1 / wall if wall > 0 else 0)
+
 
 speed, rss = {}, {}
 for row in csv.DictReader(open(args.matrix)):
     key = (row["workload"], int(row["threads"]), row["allocator"])
-    ops, wall = float(row["ops_per_sec"] or 0), float(row["wall_s"] or 0)
-    speed[key] = ops if ops > 0 else (1 / wall if wall > 0 else 0)
+    speed[key] = speed_of(row)
     rss[key] = float(row["peak_rss_kib"] or 0)
 
 cells = sorted({(w, t) for w, t, _ in speed if all(speed.get((w, t, m), 0) > 0 for m in mine)})
@@ -51,3 +60,15 @@ for name in mine + peers:
             name, "vs best peer " if name in mine else "vs best other",
             math.exp(sum(logs[name]) / len(logs[name])), len(logs[name]),
             math.exp(sum(rss_logs[name]) / len(rss_logs[name]))))
+if args.spread:
+    reps = {}
+    for row in csv.DictReader(open(args.spread)):
+        if speed_of(row) > 0:
+            reps.setdefault((row["workload"], row["threads"], row["allocator"]), []).append(
+                speed_of(row))
+    for name in mine + peers:
+        spreads = sorted(max(v) / min(v) for (w, t, a), v in reps.items()
+                         if a == name and len(v) > 1)
+        if spreads:
+            print("%-10s repetitions of a cell %.2fx apart at the median cell (%d cells)" % (
+                name, spreads[len(spreads) // 2], len(spreads)))

@@ -169,9 +169,10 @@ static uint32_t held_beside_list(const cm_thread_cache *cache, unsigned size_cla
 /* Whether the cache holds nothing of size_class, counts nothing of it as published and its
  * outbox collects for none: what release_all and halve_lists do for a class is then nothing,
  * and a thread uses few of the 97. Passing those by took a churn_bench thread's exit from
- * 35.4k to 32.2k instructions, of 119.5k and 116.5k in its whole life (`valgrind
- * --tool=callgrind --trace-children=yes env LD_PRELOAD=<lib> build/bench/churn_bench --objects
- * 256 --max-size 4096 --threads 1 --seconds 3`, totals over the threads it ran). */
+ * 35.4k to 32.2k instructions at 889cab7 (the exit halved its lists then), of 119.5k and
+ * 116.5k in its whole life (`valgrind --tool=callgrind --trace-children=yes env
+ * LD_PRELOAD=<lib> build/bench/churn_bench --objects 256 --max-size 4096 --threads 1 --seconds
+ * 3`, totals over the threads it ran). */
 static bool holds_none_of(const cm_thread_cache *cache, unsigned size_class)
 {
     return cm_free_list_length(&cache->lists[size_class]) == 0 &&
@@ -1075,10 +1076,10 @@ static void trim_for_stock(cm_thread_cache *cache)
     for (unsigned size_class = cm_class_count - 1;
          size_class >= 1 && cache->published_size > CM_STOCKED_BYTES; size_class--) {
         uint32_t length = cm_free_list_length(&cache->lists[size_class]);
-        const size_t size = cm_classes[size_class].size,
-                     over = cache->published_size - CM_STOCKED_BYTES;
         if (length == 0)
             continue;
+        const size_t size = cm_classes[size_class].size,
+                     over = cache->published_size - CM_STOCKED_BYTES;
         release_objects(cache, size_class,
                         over >= length * size ? length : (uint32_t)((over + size - 1) / size),
                         false);
@@ -1107,7 +1108,7 @@ static void thread_exit(void *arg)
         scavenge(cache, 0);
     if (keep)
         trim_for_stock(cache);
-    if (!keep)
+    else
         release_all(cache, false);
     abandon(cache);
     uint64_t now = cm_os_now_ms();
