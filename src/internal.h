@@ -251,7 +251,7 @@ static inline bool cm_remote_chain_runs_long(const cm_remote_chain *chain)
 {
     return !chain->plain && chain->count >= (uint64_t)CM_RUN_LONG * chain->runs;
 }
-#define CM_REMOTE_COUNT_MOST 0x7fffu /* the most objects a mailbox word counts (15 bits) */
+#define CM_REMOTE_COUNT_MOST 0x3ffffu /* the most objects a mailbox word counts (18 bits) */
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
 bool cm_remote_runs_long(unsigned size_class, void *list, uint32_t count);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count, bool *plain);

@@ -192,7 +192,16 @@
  * mstress 0.76x and 0.69x, the rpmalloc-style row at 8 0.88x, 0.95x over those 36 cells at the
  * same speed (1.03x); 4 and 6 gave 0.97x and 0.96x. */
 #define CM_CLAIM_FILL 8
-#define CM_REMOTE_MAILBOX_BYTES ((size_t)2 << 20) /* a thread cache's default budget */
+/* The most bytes a slot's mailboxes hold (remote.c; posts past it go to the central cache):
+ * what an owner that stops allocating strands at most. At 2 MiB (and a word's count of 15 bits,
+ * 32,767 64-byte objects, the same bound) a producer asleep on xmalloc_bench's full queue had
+ * its mailbox full while 2-8 consumers freed its objects, and their posts went to the central
+ * cache under the class's lock, which the producer's fills take too. With 8 MiB and an 18-bit
+ * count: xmalloc at 2, 4 and 8 pairs 1.08x, 1.57x and 1.56x at the same or a lower peak RSS (4
+ * MiB: 1.03x, 1.25x, 1.16x; 16 MiB: 1.06x, 1.52x, 1.85x), larson and mstress at 8 threads
+ * 0.98-1.02x (`scripts/bench-ab.sh --reps 9 --rows xmalloc2,xmalloc4,xmalloc8,larson8,mstress8
+ * main=<lib> m4=<lib> m8=<lib> m16=<lib>`). */
+#define CM_REMOTE_MAILBOX_BYTES ((size_t)8 << 20)
 /* What one fill of a thread cache's list asks for, when a batch is less (thread_cache.c's
  * fill_most): 256 objects of 64 B. xmalloc_bench ran 45M objects/s with fills of 128 objects,
  * 48M with 256 and 512, against 31M with a batch of 32 (medians of 5 interleaved runs). */

@@ -35,10 +35,11 @@
  * room for run headers a plain post carries ahead links instead (internal.h), which the
  * poster writes walking its chain, still in its own cache, before the post: the owner's pops
  * prefetch by them (thread_cache.c, "inboxes").
- * Word: top << 16 | plain << 16 | count << 1 | open. top is the stack's first object (below
- * 2^48, as every address the pagemap covers, and a multiple of 16, so the plain bit is free),
- * count at most CM_REMOTE_COUNT_MOST, open set while the slot has an owner; a closed word
- * refuses posts and keeps what it holds for whoever closed it.
+ * Word: top << 16 | plain << 19 | count << 1 | open. top is the stack's first object (below
+ * 2^48, as every address the pagemap covers, and a multiple of 16, so bits 16-19 are free:
+ * the count's top three bits and the plain bit), count at most CM_REMOTE_COUNT_MOST (18 bits),
+ * open set while the slot has an owner; a closed word refuses posts and keeps what it holds
+ * for whoever closed it.
  * Ownership is a route, not an account: objects in mailboxes count as out of their spans
  * (span->used) as objects in thread caches do, so any cache may take any of them and a stale
  * route (a slot reused by a new thread, a span refilled by another) costs nothing but a detour.
@@ -61,9 +62,12 @@
 
 enum { SLOT_FREE = 0, SLOT_OPEN, SLOT_LEFT, SLOT_PARKED };
 
-#define WORD_OPEN  ((uint64_t)1)
-#define WORD_PLAIN ((uint64_t)1 << 16) /* below top's lowest bit: objects are 16-byte aligned */
-_Static_assert(CM_ALIGNMENT >= 16, "a stack's top leaves the word's plain bit free");
+#define WORD_OPEN      ((uint64_t)1)
+#define WORD_PLAIN     ((uint64_t)1 << 19) /* below top's lowest bit: objects are 16-byte aligned */
+#define WORD_TOP_SHIFT 16
+_Static_assert(CM_ALIGNMENT >= 16 && CM_ADDRESS_BITS + WORD_TOP_SHIFT <= 64,
+               "a stack's top leaves the word's bits 16-19 free, and fits above them");
+_Static_assert(((uint64_t)CM_REMOTE_COUNT_MOST << 1) < WORD_PLAIN, "the count ends below plain");
 
 typedef struct mailbox {
     _Atomic int64_t bytes; /* posted since the owner's takes (a bound, not an exact count: a post
@@ -80,11 +84,11 @@ static unsigned forked_slot;               /* a forked child's: the forking thre
 
 static inline uint64_t word_of(void *top, uint32_t count, uint64_t open)
 {
-    return (uint64_t)(uintptr_t)top << 16 | (uint64_t)count << 1 | open;
+    return (uint64_t)(uintptr_t)top << WORD_TOP_SHIFT | (uint64_t)count << 1 | open;
 }
 static inline void *word_top(uint64_t word)
 {
-    return (void *)(uintptr_t)((word & ~WORD_PLAIN) >> 16);
+    return (void *)(uintptr_t)(word >> (WORD_TOP_SHIFT + 4) << 4);
 }
 static inline uint32_t word_count(uint64_t word)
 {

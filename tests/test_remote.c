@@ -77,7 +77,7 @@ static void post_back(unsigned slot, unsigned size_class, void *list, uint32_t c
     }
     assert_int_equal(chain.count, count);
     if (count > 0)
-        assert_true(cm_remote_post(slot, size_class, &chain, CM_LIST_OBJECTS_MAX));
+        assert_true(cm_remote_post(slot, size_class, &chain, CM_REMOTE_COUNT_MOST));
 }
 
 /* Objects waiting in the calling thread's mailbox for size_class, counted and put back. */
@@ -277,8 +277,8 @@ static void a_remote_double_free_is_reported(void **state)
  * rest goes the central way), the owner's allocations then take it back without their list
  * growing past its cap (the runs go to their spans: the heap check holds every list to its
  * cap), and none is lost. */
-#define MANY      3000
 #define MANY_SIZE 1024
+#define MANY      ((int)((CM_REMOTE_MAILBOX_BYTES + CM_LIST_BYTES_MAX) / MANY_SIZE) + 1000)
 static void *many[MANY];
 
 static void *free_many(void *arg)
@@ -311,6 +311,44 @@ static void a_mailbox_holds_no_more_than_its_bound(void **state)
     assert_true(cm_heap_check());
     while (taken > 0)
         free(many[--taken]);
+    assert_int_equal(held_out(c), before);
+}
+
+/* A mailbox word counts past 15 bits: of 40,000 64-byte blocks of this thread's (2.5 MiB,
+ * under the mailbox's bound) freed by another thread in the order they were allocated, more
+ * than 32,767 wait in its mailbox (at 15 bits the posts past that went to the central cache);
+ * the owner's allocations take them back and none is lost. */
+#define PAST_15_BITS 40000
+static void *past_15_bits[PAST_15_BITS];
+
+static void *free_past_15_bits(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < PAST_15_BITS; i++)
+        free(past_15_bits[i]);
+    return NULL;
+}
+
+static void a_mailbox_counts_past_15_bits(void **state)
+{
+    (void)state;
+    assert_true((size_t)PAST_15_BITS * 64 < CM_REMOTE_MAILBOX_BYTES);
+    unsigned c = cm_size_class(64);
+    size_t before = held_out(c);
+    for (int i = 0; i < PAST_15_BITS; i++)
+        past_15_bits[i] = malloc(64);
+    on_another_thread(free_past_15_bits, NULL);
+    uint32_t waiting = mailbox_count(c);
+    printf("past 15 bits: %u of %d blocks wait in the owner's mailbox\n", waiting, PAST_15_BITS);
+    assert_true(waiting > 0x7fff);
+    assert_true(cm_heap_check());
+    int taken = 0;
+    while (taken < PAST_15_BITS && mailbox_count(c) > 0)
+        past_15_bits[taken++] = malloc(64);
+    assert_int_equal(mailbox_count(c), 0);
+    assert_true(cm_heap_check());
+    while (taken > 0)
+        free(past_15_bits[--taken]);
     assert_int_equal(held_out(c), before);
 }
 
@@ -1572,6 +1610,7 @@ int main(void)
         cmocka_unit_test(a_remote_double_free_is_reported),
         cmocka_unit_test(a_child_may_free_again_what_another_thread_sent_home),
         cmocka_unit_test(a_mailbox_holds_no_more_than_its_bound),
+        cmocka_unit_test(a_mailbox_counts_past_15_bits),
         cmocka_unit_test(an_idle_class_mailbox_is_given_back),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
         cmocka_unit_test(spans_that_come_back_whole_return_to_the_page_heap),
