@@ -272,45 +272,65 @@ static void a_remote_double_free_is_reported(void **state)
     expect_report(&spec, "cmalloc: double free %p in free()");
 }
 
+#define MANY_SIZE 1024
+#define MANY      ((int)((CM_REMOTE_MAILBOX_BYTES + CM_LIST_BYTES_MAX) / MANY_SIZE) + 1000)
+static void *many[MANY];
+
+typedef struct block_set {
+    void **blocks;
+    int count;
+} block_set;
+
+static void *free_block_set(void *arg)
+{
+    const block_set *set = arg;
+    for (int i = 0; i < set->count; i++)
+        free(set->blocks[i]);
+    return NULL;
+}
+
+/* count blocks of size, allocated here and freed by another thread: how many of them then
+ * wait in this thread's mailbox for their class. */
+static uint32_t freed_by_another(void **blocks, int count, size_t size)
+{
+    for (int i = 0; i < count; i++)
+        blocks[i] = malloc(size);
+    block_set set = {.blocks = blocks, .count = count};
+    on_another_thread(free_block_set, &set);
+    return mailbox_count(cm_size_class(size));
+}
+
+/* Allocates blocks of size until a miss has taken the class's mailbox, then frees them. */
+static void take_the_mailbox(void **blocks, int count, size_t size)
+{
+    unsigned c = cm_size_class(size);
+    int taken = 0;
+    while (taken < count && mailbox_count(c) > 0)
+        blocks[taken++] = malloc(size);
+    assert_int_equal(mailbox_count(c), 0);
+    assert_true(cm_heap_check());
+    while (taken > 0)
+        free(blocks[--taken]);
+}
+
 /* Another thread frees far more of this thread's blocks of one class than its mailbox's bound:
  * the mailbox takes more than the list may hold but no more than its bound and one post (the
  * rest goes the central way), the owner's allocations then take it back without their list
  * growing past its cap (the runs go to their spans: the heap check holds every list to its
  * cap), and none is lost. */
-#define MANY_SIZE 1024
-#define MANY      ((int)((CM_REMOTE_MAILBOX_BYTES + CM_LIST_BYTES_MAX) / MANY_SIZE) + 1000)
-static void *many[MANY];
-
-static void *free_many(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < MANY; i++)
-        free(many[i]);
-    return NULL;
-}
-
 static void a_mailbox_holds_no_more_than_its_bound(void **state)
 {
     (void)state;
     unsigned c = cm_size_class(MANY_SIZE);
     size_t before = held_out(c);
-    for (int i = 0; i < MANY; i++)
-        many[i] = malloc(MANY_SIZE);
-    on_another_thread(free_many, NULL);
-    uint32_t waiting = mailbox_count(c);
+    uint32_t waiting = freed_by_another(many, MANY, MANY_SIZE);
     printf("mailbox bound: %u of %d blocks of %d B wait in the owner's mailbox\n", waiting, MANY,
            MANY_SIZE);
     assert_true(waiting > CM_LIST_BYTES_MAX / MANY_SIZE); /* more than a list holds */
     assert_true(waiting < MANY);
     assert_true((size_t)waiting * MANY_SIZE <= CM_REMOTE_MAILBOX_BYTES + CM_LIST_BYTES_MAX);
     assert_true(cm_heap_check());
-    int taken = 0; /* allocations until a miss has taken the mailbox */
-    while (taken < MANY && mailbox_count(c) > 0)
-        many[taken++] = malloc(MANY_SIZE);
-    assert_int_equal(mailbox_count(c), 0);
-    assert_true(cm_heap_check());
-    while (taken > 0)
-        free(many[--taken]);
+    take_the_mailbox(many, MANY, MANY_SIZE);
     assert_int_equal(held_out(c), before);
 }
 
@@ -321,34 +341,17 @@ static void a_mailbox_holds_no_more_than_its_bound(void **state)
 #define PAST_15_BITS 40000
 static void *past_15_bits[PAST_15_BITS];
 
-static void *free_past_15_bits(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < PAST_15_BITS; i++)
-        free(past_15_bits[i]);
-    return NULL;
-}
-
 static void a_mailbox_counts_past_15_bits(void **state)
 {
     (void)state;
     assert_true((size_t)PAST_15_BITS * 64 < CM_REMOTE_MAILBOX_BYTES);
     unsigned c = cm_size_class(64);
     size_t before = held_out(c);
-    for (int i = 0; i < PAST_15_BITS; i++)
-        past_15_bits[i] = malloc(64);
-    on_another_thread(free_past_15_bits, NULL);
-    uint32_t waiting = mailbox_count(c);
+    uint32_t waiting = freed_by_another(past_15_bits, PAST_15_BITS, 64);
     printf("past 15 bits: %u of %d blocks wait in the owner's mailbox\n", waiting, PAST_15_BITS);
     assert_true(waiting > 0x7fff);
     assert_true(cm_heap_check());
-    int taken = 0;
-    while (taken < PAST_15_BITS && mailbox_count(c) > 0)
-        past_15_bits[taken++] = malloc(64);
-    assert_int_equal(mailbox_count(c), 0);
-    assert_true(cm_heap_check());
-    while (taken > 0)
-        free(past_15_bits[--taken]);
+    take_the_mailbox(past_15_bits, PAST_15_BITS, 64);
     assert_int_equal(held_out(c), before);
 }
 
