@@ -7,8 +7,9 @@
 For every (workload, threads) cell that every allocator of --mine ran: each one's speed over
 the fastest --peers allocator's (ops/s; whole programs: 1 / wall time), and that peer. Then,
 over those cells, the geometric mean of each --mine allocator against the best peer, of each
-peer against the best of all the others (the --mine ones included), and each one's peak RSS
-against jemalloc's. The figures docs/DESIGN.md quotes as "against the best peer" come from it.
+peer against the best of all the others (the --mine ones included), and each one's speed and
+peak RSS against jemalloc's. The figures docs/DESIGN.md quotes as "against the best peer" and
+the speed and memory "x jemalloc" README quotes come from it.
 --spread RUNS.csv (the run's every repetition) adds how much the run moved: for each
 allocator, the fastest of a cell's repetitions over the slowest, at the median cell.
 Standard library only.
@@ -39,6 +40,7 @@ for row in csv.DictReader(open(args.matrix)):
 
 cells = sorted({(w, t) for w, t, _ in speed if all(speed.get((w, t, m), 0) > 0 for m in mine)})
 logs = {name: [] for name in mine + peers}
+speed_logs = {name: [] for name in mine + peers}
 rss_logs = {name: [] for name in mine + peers}
 print("%-22s %2s " % ("workload", "T") + "".join("%10s" % m for m in mine) + "  best peer")
 for w, t in cells:
@@ -52,20 +54,23 @@ for w, t in cells:
         others = [ran[a] for a in (peers if name in mine else mine + peers) if a in ran and a != name]
         if others:
             logs[name].append(math.log(ran[name] / max(others)))
+        if "jemalloc" in ran:
+            speed_logs[name].append(math.log(ran[name] / ran["jemalloc"]))
         if rss.get((w, t, "jemalloc"), 0) > 0 and rss.get((w, t, name), 0) > 0:
             rss_logs[name].append(math.log(rss[w, t, name] / rss[w, t, "jemalloc"]))
 for name in mine + peers:
     if logs[name]:
-        print("%-10s %s %.3f over %d cells; peak RSS x jemalloc %.3f" % (
+        print("%-10s %s %.3f over %d cells; speed x jemalloc %.3f, peak RSS x jemalloc %.3f" % (
             name, "vs best peer " if name in mine else "vs best other",
             math.exp(sum(logs[name]) / len(logs[name])), len(logs[name]),
+            math.exp(sum(speed_logs[name]) / len(speed_logs[name])),
             math.exp(sum(rss_logs[name]) / len(rss_logs[name]))))
 if args.spread:
     reps = {}
     for row in csv.DictReader(open(args.spread)):
-        if speed_of(row) > 0:
-            reps.setdefault((row["workload"], row["threads"], row["allocator"]), []).append(
-                speed_of(row))
+        rep = speed_of(row)
+        if rep > 0:
+            reps.setdefault((row["workload"], row["threads"], row["allocator"]), []).append(rep)
     for name in mine + peers:
         spreads = sorted(max(v) / min(v) for (w, t, a), v in reps.items()
                          if a == name and len(v) > 1)

@@ -63,11 +63,15 @@
 enum { SLOT_FREE = 0, SLOT_OPEN, SLOT_LEFT, SLOT_PARKED };
 
 #define WORD_OPEN      ((uint64_t)1)
-#define WORD_PLAIN     ((uint64_t)1 << 19) /* below top's lowest bit: objects are 16-byte aligned */
+#define WORD_PLAIN     ((uint64_t)1 << 19)
 #define WORD_TOP_SHIFT 16
+#define WORD_LOW_BITS  20 /* count, plain and open; top << 16 has its low 4 bits 0 */
+#define WORD_TOP_BITS  (~(((uint64_t)1 << WORD_LOW_BITS) - 1))
 _Static_assert(CM_ALIGNMENT >= 16 && CM_ADDRESS_BITS + WORD_TOP_SHIFT <= 64,
-               "a stack's top leaves the word's bits 16-19 free, and fits above them");
-_Static_assert(((uint64_t)CM_REMOTE_COUNT_MOST << 1) < WORD_PLAIN, "the count ends below plain");
+               "a stack's top, shifted, has bits 16-19 free and fits the word");
+_Static_assert(((uint64_t)CM_REMOTE_COUNT_MOST << 1 | WORD_PLAIN | WORD_OPEN) <
+                   (uint64_t)1 << WORD_LOW_BITS,
+               "count, plain and open lie below the top's bits");
 
 typedef struct mailbox {
     _Atomic int64_t bytes; /* posted since the owner's takes (a bound, not an exact count: a post
@@ -88,7 +92,7 @@ static inline uint64_t word_of(void *top, uint32_t count, uint64_t open)
 }
 static inline void *word_top(uint64_t word)
 {
-    return (void *)(uintptr_t)(word >> (WORD_TOP_SHIFT + 4) << 4);
+    return (void *)(uintptr_t)((word & WORD_TOP_BITS) >> WORD_TOP_SHIFT);
 }
 static inline uint32_t word_count(uint64_t word)
 {

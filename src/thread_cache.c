@@ -1062,15 +1062,16 @@ static size_t stocked_bytes_locked(void)
     return bytes;
 }
 
-/* A cache going into the stock keeps at most CM_STOCKED_BYTES on its lists: whole lists go
- * back from the largest class down (a large object gives back the most bytes for the walk and
- * the flush it costs, and the small classes, which serve the most allocations a byte, stay),
- * then every list's max_length is halved, to no fewer than it holds, once and again until
- * they add up to CM_STOCKED_CAPACITY. Halving every list until the bytes fitted (two or three
- * times for an mstress thread) walked half of every list each time and left the next thread
- * lists an eighth as long to grow back one miss at a time: an mstress leg of 10,000 calls took
- * 1,408K instructions, 88K of them its thread's exit and 177K its allocation misses; 1,296K,
- * 58K and 108K so (docs/PERFORMANCE.md has the commands). */
+/* A cache going into the stock keeps at most CM_STOCKED_BYTES on its lists: they give back
+ * from the largest class down, each whole or as much as is still over (a large object gives
+ * back the most bytes for the walk and the flush it costs, and the small classes, which serve
+ * the most allocations a byte, stay), then every list's max_length is halved, to no fewer than
+ * it holds, once and again until they add up to CM_STOCKED_CAPACITY (halve_lists halves and
+ * gives back what no longer fits; here nothing more goes back). Halving every list until the
+ * bytes fitted (two or three times for an mstress thread) walked half of every list each time
+ * and left the next thread lists an eighth as long to grow back one miss at a time: an mstress
+ * leg of 10,000 calls took 1,408K instructions, 88K of them its thread's exit and 177K its
+ * allocation misses; 1,296K, 58K and 108K so (docs/PERFORMANCE.md has the commands). */
 static void trim_for_stock(cm_thread_cache *cache)
 {
     for (unsigned size_class = cm_class_count - 1;
@@ -1249,9 +1250,7 @@ static bool fits_after_growing(cm_thread_cache *cache, size_t pending)
     return !over_budget(cache, pending);
 }
 
-/* Over budget (with pending bytes to come): first try to grow the budget, else halve every
- * list's max_length and give back what no longer fits, until the pending bytes fit or every
- * list is down to nothing. Works on the calling thread's live cache. */
+/* Halves every list's max_length and gives back what no longer fits. */
 static void halve_lists(cm_thread_cache *cache)
 {
     for (unsigned size_class = 1; size_class < cm_class_count; size_class++) {
@@ -1266,6 +1265,9 @@ static void halve_lists(cm_thread_cache *cache)
     }
 }
 
+/* Over budget (with pending bytes to come): first try to grow the budget, else halve the lists
+ * until the pending bytes fit or every list is down to nothing. Works on the calling thread's
+ * live cache. */
 static void scavenge(cm_thread_cache *cache, size_t pending)
 {
     if (fits_after_growing(cache, pending))

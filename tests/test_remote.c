@@ -289,8 +289,8 @@ static void *free_block_set(void *arg)
     return NULL;
 }
 
-/* count blocks of size, allocated here and freed by another thread: how many of them then
- * wait in this thread's mailbox for their class. */
+/* Allocates count blocks of size here and has another thread free them; returns how many of
+ * them then wait in this thread's mailbox for their class. */
 static uint32_t freed_by_another(void **blocks, int count, size_t size)
 {
     for (int i = 0; i < count; i++)
@@ -341,10 +341,11 @@ static void a_mailbox_holds_no_more_than_its_bound(void **state)
 #define PAST_15_BITS 40000
 static void *past_15_bits[PAST_15_BITS];
 
+_Static_assert((size_t)PAST_15_BITS * 64 < CM_REMOTE_MAILBOX_BYTES, "they fit the bound");
+
 static void a_mailbox_counts_past_15_bits(void **state)
 {
     (void)state;
-    assert_true((size_t)PAST_15_BITS * 64 < CM_REMOTE_MAILBOX_BYTES);
     unsigned c = cm_size_class(64);
     size_t before = held_out(c);
     uint32_t waiting = freed_by_another(past_15_bits, PAST_15_BITS, 64);
