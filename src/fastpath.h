@@ -63,12 +63,10 @@ static inline void cm_free_to_outbox(cm_thread_cache *cache, const cm_span *span
     size_t size_class = (size_t)(list - cache->lists);
     cm_outbox *box = &cache->outboxes[size_class];
     if (CM_LIKELY((box->chain.run_span == (uintptr_t)span || box->chain.plain) &&
-                  box->room > 0)) {
+                  box->chain.count < box->most)) {
         cm_link_set_marked(p, box->chain.top, mark);
         box->chain.top = p;
-        box->chain.run_count++;
         box->chain.count++;
-        box->room--;
         return;
     }
     cm_thread_cache_free_remote(span, p, (unsigned)size_class);

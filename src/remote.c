@@ -144,7 +144,8 @@ static void finish_run(cm_remote_chain *chain, unsigned size_class)
     if (chain->run_next == NULL)
         chain->bottom_head = chain->top;
     if (cm_class_has_run_headers(size_class))
-        cm_run_set_header(chain->top, chain->run_count, chain->run_last, chain->run_next);
+        cm_run_set_header(chain->top, chain->count - chain->run_start, chain->run_last,
+                          chain->run_next);
 }
 
 /* Prepends object (a marked object of size_class, of the span span_key names: one key per span
@@ -157,8 +158,8 @@ void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *obje
         if (chain->count == 0)
             chain->bottom_last = object;
     } else if (chain->count > 0 && span_key == chain->run_span &&
-               chain->run_count < CM_RUN_MOST) {
-        chain->run_count++;
+               chain->count - chain->run_start < CM_RUN_MOST) {
+        /* onto the newest run: count alone grows */
     } else {
         if (chain->count > 0)
             finish_run(chain, size_class);
@@ -167,7 +168,7 @@ void cm_remote_chain_add(cm_remote_chain *chain, unsigned size_class, void *obje
         chain->run_last = object;
         chain->run_next = chain->top;
         chain->run_span = span_key;
-        chain->run_count = 1;
+        chain->run_start = chain->count;
         chain->runs++;
     }
     cm_link_relink(object, chain->top);

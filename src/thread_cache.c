@@ -454,7 +454,7 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * are plain (remote.c, "plain posts"), pushed by the fast path whatever their span, and the
  * one after measures the runs again.
  * Invariant: an outbox collecting for no owner is empty; one collecting holds count objects
- * of its class on a NULL-terminated chain from top, and count + room is outbox_most. */
+ * of its class on a NULL-terminated chain from top, count <= most == outbox_most. */
 static uint32_t outbox_most(unsigned size_class)
 {
     size_t most = CM_OUTBOX_BYTES / cm_classes[size_class].size;
@@ -464,7 +464,7 @@ static uint32_t outbox_most(unsigned size_class)
 static void outbox_empty(cm_outbox *box, unsigned size_class)
 {
     memset(&box->chain, 0, sizeof box->chain);
-    box->room = outbox_most(size_class);
+    box->most = outbox_most(size_class);
 }
 
 /* Posts the class's outbox to its owner; refused, the outbox goes to the central cache and
@@ -509,7 +509,7 @@ void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned siz
 {
     cm_thread_cache *cache = cm_thread_cache_current;
     cm_outbox *box = &cache->outboxes[size_class];
-    if (box->room == 0)
+    if (box->chain.count >= box->most)
         outbox_post(cache, size_class);
     if (cache->outbox_slot[size_class] == CM_NO_OWN_SLOT) {
         cm_thread_cache_free_slow(object, size_class);
@@ -519,7 +519,6 @@ void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned siz
         box->chain.plain = box->plain_posts > 0;
     cm_link_set(object, NULL);
     cm_remote_chain_add(&box->chain, size_class, object, (uintptr_t)span);
-    box->room--;
 }
 
 static bool outbox_valid(const cm_thread_cache *cache, unsigned size_class)
@@ -527,7 +526,7 @@ static bool outbox_valid(const cm_thread_cache *cache, unsigned size_class)
     const cm_outbox *box = &cache->outboxes[size_class];
     if (cache->outbox_slot[size_class] == CM_NO_OWN_SLOT)
         return box->chain.count == 0;
-    return box->chain.count + box->room == outbox_most(size_class) &&
+    return box->most == outbox_most(size_class) && box->chain.count <= box->most &&
            (!box->chain.plain || (box->plain_posts > 0 && box->chain.runs == 0)) &&
            cm_object_list_valid(size_class, box->chain.top, box->chain.count);
 }

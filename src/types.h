@@ -123,7 +123,7 @@ typedef struct cm_remote_chain {
     void *run_last;     /* the newest run's last object */
     void *run_next;     /* what run_last links to: the previous run's head, or NULL */
     uintptr_t run_span; /* the newest run's span, as a key no other span has (0: none) */
-    uint32_t run_count; /* objects in the newest run */
+    uint32_t run_start; /* count when the newest run began: it holds count - run_start */
     uint32_t count;     /* objects in all runs */
     uint32_t runs;      /* runs, the newest included (0 in a plain chain) */
     bool plain;         /* no runs: only top, count and bottom_last are kept */
@@ -132,10 +132,10 @@ typedef struct cm_remote_chain {
 } cm_remote_chain;
 
 /* A class's outbox (thread_cache.c, "outboxes"): frees of one owner's objects gathered as a
- * chain, posted to its mailbox once room runs out. */
+ * chain, posted to its mailbox once it holds most. */
 typedef struct cm_outbox {
     cm_remote_chain chain; /* run_span keys runs by span address */
-    uint32_t room;         /* objects it takes before it is posted */
+    uint32_t most;         /* objects it takes before it is posted (0 in a new cache) */
     uint32_t plain_posts;  /* posts to gather as plain chains before runs are measured again */
 } cm_outbox;
 
