@@ -435,7 +435,8 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * A class's outbox collects for one owner (outbox_slot): a free that finds its list full, of
  * an object whose span that owner holds, goes onto the outbox (fastpath.h's
  * cm_free_to_outbox) as a chain of runs, one span each, with the runs' headers a post needs
- * (remote.c), and the outbox is posted to the owner's mailbox once it holds CM_OUTBOX_BYTES:
+ * (remote.c), and the outbox is posted to the owner's mailbox once it holds CM_OUTBOX_BYTES
+ * (CM_OUTBOX_OBJECTS objects in classes up to CM_OUTBOX_OBJECTS_SIZE: outbox_most):
  * one compare-and-swap for them all, no walk of a list and no read of the pagemap again, as
  * send_home would. send_home says which owner: after a list it sorted went mostly (more than
  * half its objects) to one owner, and the post was taken, the class's outbox collects for
@@ -447,7 +448,8 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * its objects carry the free mark and count as used in their spans, as a list's do; they
  * count for stats with the local lists (published when the outbox is posted and on the
  * class's other slow paths: a run's start does not, as a free in no order starts one at every
- * object), not against the budget: an outbox holds at most CM_OUTBOX_BYTES (or one object).
+ * object), not against the budget: an outbox holds at most CM_OUTBOX_BYTES, 16 KiB in the
+ * classes CM_OUTBOX_OBJECTS stretches, or one object.
  * Exit, the orphan sweep, an idle class and cmalloc_release post or give back every outbox.
  * Frees in no order start a run at almost every object, each a slow path: after a post whose
  * runs were short (fewer than CM_RUN_LONG objects on average), the next CM_PLAIN_POSTS chains
@@ -457,7 +459,10 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * of its class on a NULL-terminated chain from top, count <= most == outbox_most. */
 static uint32_t outbox_most(unsigned size_class)
 {
-    size_t most = CM_OUTBOX_BYTES / cm_classes[size_class].size;
+    const size_t size = cm_classes[size_class].size;
+    size_t most = CM_OUTBOX_BYTES / size;
+    if (most < CM_OUTBOX_OBJECTS && size <= CM_OUTBOX_OBJECTS_SIZE)
+        most = CM_OUTBOX_OBJECTS;
     return most > 0 ? (uint32_t)most : 1;
 }
 

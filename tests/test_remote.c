@@ -1147,6 +1147,7 @@ static void *outbox_blocks[OUTBOX_BLOCKS];
 
 typedef struct {
     unsigned owner;     /* the slot the blocks' spans belong to */
+    size_t size;        /* the blocks' (free_into_outbox) */
     int from, to;       /* the blocks this thread frees */
     uint32_t most_held; /* the most its outbox held at once */
     bool collecting;    /* its outbox collected for owner when it was done */
@@ -1158,7 +1159,7 @@ typedef struct {
 static void *free_into_outbox(void *arg)
 {
     outbox_note *n = arg;
-    unsigned c = cm_size_class(OUTBOX_SIZE);
+    unsigned c = cm_size_class(n->size);
     n->valid = true;
     for (int i = n->from; i < n->to; i++) {
         free(outbox_blocks[i]);
@@ -1171,31 +1172,55 @@ static void *free_into_outbox(void *arg)
     return NULL;
 }
 
-/* Another thread frees far more of this thread's blocks than its list holds: once a list it
- * gave back went to this thread's mailbox, its outbox collects for this thread and the frees
- * past its full list wait there, up to CM_OUTBOX_BYTES, and are posted whole. Every block
- * arrives in this thread's mailbox (the freeing thread's exit posts what was left), once. */
-static void a_consumer_posts_its_outbox_to_the_owner(void **state)
+/* Another thread frees far more of this thread's blocks of size than its list holds: once a
+ * list it gave back went to this thread's mailbox, its outbox collects for this thread and the
+ * frees past its full list wait there and are posted whole. *arrived: how many blocks reached
+ * this thread's mailbox (the freeing thread's exit posts what was left, but for a list its
+ * own block heads, which its stocked cache keeps whole: send_others_home). Returns the most
+ * blocks the outbox held at once. */
+static uint32_t consumer_posts_its_outbox(size_t size, uint32_t *arrived)
 {
-    (void)state;
-    unsigned c = cm_size_class(OUTBOX_SIZE);
+    unsigned c = cm_size_class(size);
     size_t before = held_out(c);
     void *keep[4096];
-    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, outbox_blocks, OUTBOX_BLOCKS, keep);
-    outbox_note note = {.owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS};
+    unsigned kept = allocate_before_a_miss(size, outbox_blocks, OUTBOX_BLOCKS, keep);
+    outbox_note note = {.owner = cm_thread_cache_current->slot, .size = size, .to = OUTBOX_BLOCKS};
     assert_true(note.owner != 0);
     on_another_thread(free_into_outbox, &note);
-    printf("outbox: at most %u of %d blocks of %d B waited in the freeing thread's outbox\n",
-           note.most_held, OUTBOX_BLOCKS, OUTBOX_SIZE);
+    printf("outbox: at most %u of %d blocks of %zu B waited in the freeing thread's outbox\n",
+           note.most_held, OUTBOX_BLOCKS, size);
     assert_true(note.valid);
     assert_true(note.collecting);
     assert_true(note.most_held > 1);
-    assert_true(note.most_held <= CM_OUTBOX_BYTES / OUTBOX_SIZE);
-    assert_int_equal(mailbox_count(c), OUTBOX_BLOCKS);
+    *arrived = mailbox_count(c);
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
     assert_true(cm_heap_check());
-    assert_int_equal(held_out(c), before);
+    assert_int_equal(held_out(c), before); /* every block back, once */
+    return note.most_held;
+}
+
+/* 64-byte blocks: the outbox holds up to CM_OUTBOX_BYTES of them, and every block arrives in
+ * the owner's mailbox. */
+static void a_consumer_posts_its_outbox_to_the_owner(void **state)
+{
+    (void)state;
+    uint32_t arrived;
+    assert_true(consumer_posts_its_outbox(OUTBOX_SIZE, &arrived) <= CM_OUTBOX_BYTES / OUTBOX_SIZE);
+    assert_int_equal(arrived, OUTBOX_BLOCKS);
+}
+
+/* 1 KiB blocks, 8 to CM_OUTBOX_BYTES: the outbox holds CM_OUTBOX_OBJECTS of them before it
+ * posts, so that a post's cost is shared by 16 blocks, not 8. */
+#define LARGE_OUTBOX_SIZE 1024
+static void an_outbox_of_1_KiB_blocks_posts_16(void **state)
+{
+    (void)state;
+    _Static_assert(CM_OUTBOX_BYTES / LARGE_OUTBOX_SIZE < CM_OUTBOX_OBJECTS &&
+                       LARGE_OUTBOX_SIZE <= CM_OUTBOX_OBJECTS_SIZE,
+                   "1 KiB blocks are among those the object count stretches the outbox for");
+    uint32_t arrived;
+    assert_int_equal(consumer_posts_its_outbox(LARGE_OUTBOX_SIZE, &arrived), CM_OUTBOX_OBJECTS);
 }
 
 /* Another thread frees this thread's blocks in no order, each of another span than the one
@@ -1422,7 +1447,7 @@ static void a_refused_outbox_goes_to_the_central_cache(void **state)
     size_t before = held_out(c);
     sem_init(&owner_allocated, 0, 0);
     sem_init(&owner_go, 0, 0);
-    outbox_note note = {0};
+    outbox_note note = {.size = OUTBOX_SIZE};
     pthread_t owner, consumer;
     assert_int_equal(pthread_create(&owner, NULL, allocate_for_an_outbox, &note.owner), 0);
     sem_wait(&owner_allocated);
@@ -1454,7 +1479,8 @@ static void free_twice_from_an_outbox(void *arg)
     (void)arg;
     for (int i = 0; i < OUTBOX_BLOCKS; i++)
         outbox_blocks[i] = malloc(OUTBOX_SIZE);
-    outbox_note note = {.owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS};
+    outbox_note note = {
+        .owner = cm_thread_cache_current->slot, .size = OUTBOX_SIZE, .to = OUTBOX_BLOCKS};
     on_another_thread(free_all_then_one_twice, &note);
 }
 
@@ -1556,7 +1582,8 @@ static void a_child_may_free_again_what_waits_in_an_outbox(void **state)
     (void)state;
     for (int i = 0; i < OUTBOX_BLOCKS; i++)
         outbox_blocks[i] = malloc(OUTBOX_SIZE);
-    outbox_note note = {.owner = cm_thread_cache_current->slot, .to = OUTBOX_BLOCKS};
+    outbox_note note = {
+        .owner = cm_thread_cache_current->slot, .size = OUTBOX_SIZE, .to = OUTBOX_BLOCKS};
     pthread_t thread = start_until_ready(fill_an_outbox_and_stay, &note, &outbox_filled);
     assert_true(note.collecting && note.most_held > 0);
     /* the last block freed, the outbox's newest, first: the one freed twice */
@@ -1631,6 +1658,7 @@ int main(void)
         cmocka_unit_test(a_fill_takes_a_spare_before_carving),
         cmocka_unit_test(a_class_in_use_is_not_idle_when_empty),
         cmocka_unit_test(a_consumer_posts_its_outbox_to_the_owner),
+        cmocka_unit_test(an_outbox_of_1_KiB_blocks_posts_16),
         cmocka_unit_test(scattered_frees_go_out_as_plain_chains),
         cmocka_unit_test(a_plain_mailbox_holds_no_more_than_a_list),
         cmocka_unit_test(a_plain_stack_past_a_lists_cap_goes_to_the_central_cache),
