@@ -5,8 +5,10 @@
  * over dR * n is the instructions a block costs from its malloc to its free, both threads'
  * loops included. The rounds are whole and the turns fixed, so the count repeats run to run
  * (callgrind runs one thread at a time; at a barrier the other one always goes next).
- *   remote_cycle ROUNDS N SIZE          every block SIZE bytes
- *   remote_cycle ROUNDS N SIZE mixed    sizes drawn uniformly from 16 .. SIZE + 15 */
+ *   remote_cycle ROUNDS N SIZE           every block SIZE bytes, freed in allocation order
+ *   remote_cycle ROUNDS N SIZE mixed     sizes drawn uniformly from 16 .. SIZE + 15
+ *   remote_cycle ROUNDS N SIZE shuffled  SIZE bytes, freed in an order that jumps from span to
+ *                                        span (N a power of two: block i * 2654435761 mod N) */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 
 static long rounds, blocks_per_round;
+static int shuffled;
 static void **blocks;
 static pthread_barrier_t turn;
 
@@ -22,8 +25,12 @@ static void *freer(void *arg)
     (void)arg;
     for (long r = 0; r < rounds; r++) {
         pthread_barrier_wait(&turn); /* the round's blocks are out */
-        for (long i = 0; i < blocks_per_round; i++)
-            free(blocks[i]);
+        if (shuffled)
+            for (size_t i = 0; i < (size_t)blocks_per_round; i++)
+                free(blocks[i * 2654435761u % (size_t)blocks_per_round]);
+        else
+            for (long i = 0; i < blocks_per_round; i++)
+                free(blocks[i]);
         pthread_barrier_wait(&turn); /* all freed */
     }
     return NULL;
@@ -32,15 +39,17 @@ static void *freer(void *arg)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: remote_cycle ROUNDS N SIZE [mixed]\n");
+        fprintf(stderr, "usage: remote_cycle ROUNDS N SIZE [mixed|shuffled]\n");
         return 2;
     }
     rounds = atol(argv[1]);
     blocks_per_round = atol(argv[2]);
     size_t size = (size_t)atol(argv[3]);
     int mixed = argc > 4 && strcmp(argv[4], "mixed") == 0;
+    shuffled = argc > 4 && strcmp(argv[4], "shuffled") == 0;
     blocks = malloc((size_t)blocks_per_round * sizeof *blocks);
-    if (blocks == NULL || size < sizeof(uintptr_t))
+    if (blocks == NULL || size < sizeof(uintptr_t) ||
+        (shuffled && (blocks_per_round & (blocks_per_round - 1)) != 0))
         return 1;
     pthread_barrier_init(&turn, NULL, 2);
     pthread_t other;
