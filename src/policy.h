@@ -255,8 +255,12 @@
  * (`scripts/bench-ab.sh --reps 7 --seconds 0.3 --rows larson2,mstress2,xthr2,larson8`). */
 #define CM_RUN_SAMPLE 16
 /* Posts an outbox gathers as plain chains (no runs, no headers: remote.c, "plain posts")
- * after one whose runs were short, before it measures them again. */
-#define CM_PLAIN_POSTS 8
+ * after one whose runs were short, before it measures them again: a measuring post of frees in
+ * no order cuts a run at nearly every block, each a slow path. 8 -> 32: the remote-free cycle
+ * of 64-byte blocks freed in no order 150 -> 145 instructions a block (64: 144; `sh
+ * tests/test_fastpath_budget.sh`), `scripts/bench-ab.sh --reps 9 --rows obp2,obp4,larson2,
+ * larson8,mstress2,xshuf1,xmalloc1,xthr2,rpm2` 0.99-1.18x at the same peak RSS. */
+#define CM_PLAIN_POSTS 32
 /* How far ahead an inbox's pop prefetches (internal.h, "ahead links"): the object this many
  * further down a plain post, so a line another core holds has 8 allocations' time to come.
  * Also how many objects at the top of each post no pop prefetches (nothing above a post links
