@@ -215,10 +215,11 @@
 /* ... but at least this many objects in classes up to CM_OUTBOX_OBJECTS_SIZE: a post (its
  * compare-and-swap on the owner's word, the byte count, the last run's header, the stats)
  * costs about 250 instructions, which 8 KiB of 1 KiB objects shared 8 ways. The remote-free
- * cycle of sizes 16-1039 B ran 154 -> 145 instructions a block (tests/data/remote_cycle.c,
- * `sh tests/test_fastpath_budget.sh`; 136 with 32 objects, whose outboxes then hold 32 KiB),
- * and `scripts/bench-ab.sh --reps 9 --rows xthrpin1,xthr2,xthr4,rpm2,rpm8,mstress2,larson2,
- * server2,obp2` moved within the spread (0.95-1.09x, peak RSS within 0.2 MiB). */
+ * cycle of sizes 16-1039 B ran 154 -> 144 instructions a block (tests/data/remote_cycle.c,
+ * `sh tests/test_fastpath_budget.sh`; since the plain posts' 32, 142 with 16 and 136 with 32
+ * objects, whose outboxes then hold 32 KiB), and `scripts/bench-ab.sh --reps 9 --rows
+ * xthrpin1,xthr2,xthr4,rpm2,rpm8,mstress2,larson2,server2,obp2` moved within the spread
+ * (0.95-1.09x, peak RSS within 0.2 MiB). */
 #define CM_OUTBOX_OBJECTS      16
 #define CM_OUTBOX_OBJECTS_SIZE ((size_t)1 << 10)
 /* A full span that runs come back to is listed for fills again once this share of it is free
