@@ -1153,6 +1153,8 @@ typedef struct {
     bool collecting;    /* its outbox collected for owner when it was done */
     bool valid;         /* cm_heap_check held after every hundredth free */
     bool plain_seen;    /* its outbox gathered a plain chain (remote.c, "plain posts") */
+    int runs_again_at;  /* free_scattered_then_in_order: the first ordered free after which
+                           the outbox gathered runs again (-1: none) */
     void **scattered;   /* free_scattered's blocks (to of them), freed in no order */
 } outbox_note;
 
@@ -1290,6 +1292,62 @@ static void scattered_frees_go_out_as_plain_chains(void **state)
     qsort(sent, OUTBOX_BLOCKS, sizeof sent[0], compare_pointers);
     assert_memory_equal(arrived, sent, sizeof sent);
     post_back(note.owner, c, mail, count);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_true(cm_heap_check());
+    assert_int_equal(held_out(c), before);
+}
+
+/* Frees in no order make an outbox's posts plain; once the frees come in order again, the
+ * outbox goes on posting plain chains for CM_PLAIN_POSTS posts at most and then gathers runs
+ * again (thread_cache.c, "outboxes"). */
+#define REMEASURE_SCATTERED 8192 /* freed in no order first, past a list's cap (a stocked cache
+                                    may bring one grown full); coprime with SCATTER_STRIDE */
+#define REMEASURE_ORDERED   ((CM_PLAIN_POSTS + 2) * (int)(CM_OUTBOX_BYTES / OUTBOX_SIZE))
+static void *remeasure_blocks[REMEASURE_SCATTERED + REMEASURE_ORDERED];
+
+static void *free_scattered_then_in_order(void *arg)
+{
+    outbox_note *n = arg;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    for (int i = 0; i < REMEASURE_SCATTERED; i++) {
+        free(n->scattered[(size_t)i * SCATTER_STRIDE % REMEASURE_SCATTERED]);
+        n->plain_seen = n->plain_seen || cm_thread_cache_current->outboxes[c].chain.plain;
+    }
+    n->runs_again_at = -1;
+    for (int i = 0; i < REMEASURE_ORDERED && n->runs_again_at < 0; i++) {
+        free(n->scattered[REMEASURE_SCATTERED + i]);
+        /* the cache's own outbox, read after each free: before its first slow path the thread
+         * has the shared empty cache */
+        const cm_outbox *box = &cm_thread_cache_current->outboxes[c];
+        if (box->chain.count > 0 && !box->chain.plain)
+            n->runs_again_at = i;
+    }
+    for (int i = n->runs_again_at + 1; n->runs_again_at >= 0 && i < REMEASURE_ORDERED; i++)
+        free(n->scattered[REMEASURE_SCATTERED + i]);
+    n->valid = cm_heap_check();
+    n->collecting = cm_thread_cache_current->outbox_slot[c] == n->owner;
+    return NULL;
+}
+
+static void an_outbox_measures_its_runs_again_after_its_plain_posts(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(OUTBOX_SIZE);
+    size_t before = held_out(c);
+    static void *keep[4096];
+    const int blocks = REMEASURE_SCATTERED + REMEASURE_ORDERED;
+    unsigned kept = allocate_before_a_miss(OUTBOX_SIZE, remeasure_blocks, blocks, keep);
+    outbox_note note = {.owner = cm_thread_cache_current->slot, .scattered = remeasure_blocks};
+    assert_true(note.owner != 0);
+    on_another_thread(free_scattered_then_in_order, &note);
+    printf("plain posts: runs again after %d of %d blocks freed in order\n", note.runs_again_at,
+           REMEASURE_ORDERED);
+    assert_true(note.valid);
+    assert_true(note.plain_seen);
+    assert_true(note.collecting);
+    assert_true(note.runs_again_at >= 0);
+    assert_true(note.runs_again_at < (CM_PLAIN_POSTS + 1) * (int)(CM_OUTBOX_BYTES / OUTBOX_SIZE));
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
     assert_true(cm_heap_check());
@@ -1659,6 +1717,7 @@ int main(void)
         cmocka_unit_test(a_class_in_use_is_not_idle_when_empty),
         cmocka_unit_test(a_consumer_posts_its_outbox_to_the_owner),
         cmocka_unit_test(an_outbox_of_1_KiB_blocks_posts_16),
+        cmocka_unit_test(an_outbox_measures_its_runs_again_after_its_plain_posts),
         cmocka_unit_test(scattered_frees_go_out_as_plain_chains),
         cmocka_unit_test(a_plain_mailbox_holds_no_more_than_a_list),
         cmocka_unit_test(a_plain_stack_past_a_lists_cap_goes_to_the_central_cache),
