@@ -58,13 +58,16 @@ for w, t in cells:
             speed_logs[name].append(math.log(ran[name] / ran["jemalloc"]))
         if rss.get((w, t, "jemalloc"), 0) > 0 and rss.get((w, t, name), 0) > 0:
             rss_logs[name].append(math.log(rss[w, t, name] / rss[w, t, "jemalloc"]))
+def geomean(values):
+    return "%.3f" % math.exp(sum(values) / len(values)) if values else "n/a (no jemalloc cell)"
+
+
 for name in mine + peers:
     if logs[name]:
-        print("%-10s %s %.3f over %d cells; speed x jemalloc %.3f, peak RSS x jemalloc %.3f" % (
+        print("%-10s %s %.3f over %d cells; speed x jemalloc %s, peak RSS x jemalloc %s" % (
             name, "vs best peer " if name in mine else "vs best other",
             math.exp(sum(logs[name]) / len(logs[name])), len(logs[name]),
-            math.exp(sum(speed_logs[name]) / len(speed_logs[name])),
-            math.exp(sum(rss_logs[name]) / len(rss_logs[name]))))
+            geomean(speed_logs[name]), geomean(rss_logs[name])))
 if args.spread:
     reps = {}
     for row in csv.DictReader(open(args.spread)):

@@ -448,8 +448,8 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * its objects carry the free mark and count as used in their spans, as a list's do; they
  * count for stats with the local lists (published when the outbox is posted and on the
  * class's other slow paths: a run's start does not, as a free in no order starts one at every
- * object), not against the budget: an outbox holds at most CM_OUTBOX_BYTES, 16 KiB in the
- * classes CM_OUTBOX_OBJECTS stretches, or one object.
+ * object), not against the budget: an outbox holds at most CM_OUTBOX_BYTES, or
+ * CM_OUTBOX_OBJECTS objects of at most CM_OUTBOX_OBJECTS_SIZE, or one object.
  * Exit, the orphan sweep, an idle class and cmalloc_release post or give back every outbox.
  * Frees in no order start a run at almost every object, each a slow path: after a post whose
  * runs were short (fewer than CM_RUN_LONG objects on average), the next CM_PLAIN_POSTS chains

@@ -11,11 +11,8 @@
 # (tests/data/remote_cycle.c: a block allocated by one thread and freed by another, in rounds of
 # 4,096 that take turns: the outbox, the post, the owner's take and its spans coming back, both
 # loops included: 121 instructions a 64-byte block, 142 for sizes of 16-1039 B and 145 for
-# 64-byte blocks freed in no order (plain posts, the owner's inbox); 127 and 159 while the
-# outbox counted its room and its newest run apart from its count, 154 for the sizes while
-# outboxes of blocks over 512 B held fewer than 16 (policy.h, CM_OUTBOX_OBJECTS), 150 in no
-# order (144 for the sizes) while an outbox measured its runs after 8 plain posts; mimalloc
-# v3.4.3, preloaded the same way, 144, 156 and 147).
+# 64-byte blocks freed in no order, the plain posts and the owner's inbox; mimalloc v3.4.3,
+# preloaded the same way, 144, 156 and 147; docs/RELIABILITY.md has the earlier counts).
 # Instruction counts do not depend on machine load, so the budget can be tight. Raise it only
 # with a reason in the commit message. valgrind comes from scripts/deps.sh.
 set -eu

@@ -1155,7 +1155,8 @@ typedef struct {
     bool plain_seen;    /* its outbox gathered a plain chain (remote.c, "plain posts") */
     int runs_again_at;  /* free_scattered_then_in_order: the first ordered free after which
                            the outbox gathered runs again (-1: none) */
-    void **scattered;   /* free_scattered's blocks (to of them), freed in no order */
+    void **scattered;   /* free_scattered's blocks (to of them), freed in no order (and
+                           free_scattered_then_in_order's, which go on past them in order) */
 } outbox_note;
 
 static void *free_into_outbox(void *arg)
@@ -1176,10 +1177,10 @@ static void *free_into_outbox(void *arg)
 
 /* Another thread frees far more of this thread's blocks of size than its list holds: once a
  * list it gave back went to this thread's mailbox, its outbox collects for this thread and the
- * frees past its full list wait there and are posted whole. *arrived: how many blocks reached
- * this thread's mailbox (the freeing thread's exit posts what was left, but for a list its
- * own block heads, which its stocked cache keeps whole: send_others_home). Returns the most
- * blocks the outbox held at once. */
+ * frees past its full list wait there and are posted whole. *arrived (unless NULL): how many
+ * blocks reached this thread's mailbox (the freeing thread's exit posts what was left, but for
+ * a list its own block heads, which its stocked cache keeps whole: send_others_home). Returns
+ * the most blocks the outbox held at once. */
 static uint32_t consumer_posts_its_outbox(size_t size, uint32_t *arrived)
 {
     unsigned c = cm_size_class(size);
@@ -1194,7 +1195,9 @@ static uint32_t consumer_posts_its_outbox(size_t size, uint32_t *arrived)
     assert_true(note.valid);
     assert_true(note.collecting);
     assert_true(note.most_held > 1);
-    *arrived = mailbox_count(c);
+    uint32_t waiting = mailbox_count(c);
+    if (arrived != NULL)
+        *arrived = waiting;
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
     assert_true(cm_heap_check());
@@ -1221,8 +1224,7 @@ static void an_outbox_of_1_KiB_blocks_posts_16(void **state)
     _Static_assert(CM_OUTBOX_BYTES / LARGE_OUTBOX_SIZE < CM_OUTBOX_OBJECTS &&
                        LARGE_OUTBOX_SIZE <= CM_OUTBOX_OBJECTS_SIZE,
                    "1 KiB blocks are among those the object count stretches the outbox for");
-    uint32_t arrived;
-    assert_int_equal(consumer_posts_its_outbox(LARGE_OUTBOX_SIZE, &arrived), CM_OUTBOX_OBJECTS);
+    assert_int_equal(consumer_posts_its_outbox(LARGE_OUTBOX_SIZE, NULL), CM_OUTBOX_OBJECTS);
 }
 
 /* Another thread frees this thread's blocks in no order, each of another span than the one
@@ -1306,14 +1308,13 @@ static void scattered_frees_go_out_as_plain_chains(void **state)
 #define REMEASURE_ORDERED   ((CM_PLAIN_POSTS + 2) * (int)(CM_OUTBOX_BYTES / OUTBOX_SIZE))
 static void *remeasure_blocks[REMEASURE_SCATTERED + REMEASURE_ORDERED];
 
+/* free_scattered on the first REMEASURE_SCATTERED blocks, then the rest in order. */
 static void *free_scattered_then_in_order(void *arg)
 {
     outbox_note *n = arg;
     unsigned c = cm_size_class(OUTBOX_SIZE);
-    for (int i = 0; i < REMEASURE_SCATTERED; i++) {
-        free(n->scattered[(size_t)i * SCATTER_STRIDE % REMEASURE_SCATTERED]);
-        n->plain_seen = n->plain_seen || cm_thread_cache_current->outboxes[c].chain.plain;
-    }
+    n->to = REMEASURE_SCATTERED;
+    free_scattered(n);
     n->runs_again_at = -1;
     for (int i = 0; i < REMEASURE_ORDERED && n->runs_again_at < 0; i++) {
         free(n->scattered[REMEASURE_SCATTERED + i]);
@@ -1325,7 +1326,7 @@ static void *free_scattered_then_in_order(void *arg)
     }
     for (int i = n->runs_again_at + 1; n->runs_again_at >= 0 && i < REMEASURE_ORDERED; i++)
         free(n->scattered[REMEASURE_SCATTERED + i]);
-    n->valid = cm_heap_check();
+    n->valid = n->valid && cm_heap_check();
     n->collecting = cm_thread_cache_current->outbox_slot[c] == n->owner;
     return NULL;
 }
