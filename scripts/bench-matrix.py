@@ -10,7 +10,8 @@ Allocators: glibc (no preload), cmalloc (build/libcmalloc.so), jemalloc, tcmallo
 (the Debian packages' libraries), each switched in with LD_PRELOAD on the very same binaries.
 Those that are missing are skipped with a notice: `scripts/deps.sh --bench` (which `make bench`
 runs) installs them; --no-install is accepted and does nothing, as this program installs nothing.
---extra NAME=LIB.so adds another allocator (say a cmalloc build with other options); repeatable.
+--extra NAME=LIB.so adds another allocator (say a cmalloc build with other options); repeatable,
+and run whatever --allocators names (which chooses among the allocators above).
 --plan prints the workloads, allocators and run count, and runs nothing.
 Workloads (WORKLOADS below, each with what it measures): build/bench/{alloc,server,churn,xmalloc,
 mstress,larson,rpmalloc}_bench, the order-book replay (build/orderbook, when it exists), cmalloc's
@@ -312,8 +313,10 @@ class Matrix:
         self.limit = int(30 + 10 * (float(self.seconds) + float(self.warmup)))
 
     # ---- allocators ----
-    def add_alloc(self, name, lib):
-        if self.opt["allocators"] and name not in self.opt["allocators"].split(","):
+    def add_alloc(self, name, lib, extra=False):
+        # --allocators chooses among the allocators found here; an --extra is always run (naming
+        # its library asks for it: a list that left it out dropped it without a word)
+        if not extra and self.opt["allocators"] and name not in self.opt["allocators"].split(","):
             return
         if lib:
             # the library must load and work: a trivial program under it must run cleanly
@@ -345,7 +348,7 @@ class Matrix:
             if not eq:
                 die("--extra wants NAME=LIB.so", 2)
             if os.path.exists(lib):
-                self.add_alloc(name, os.path.abspath(lib))
+                self.add_alloc(name, os.path.abspath(lib), extra=True)
             else:
                 say("notice: --extra %s: no such library" % x)
         if not self.alloc_names:

@@ -69,13 +69,16 @@ if build/bench/fault_cost --chunk 4,8 --mib 1 --rounds 1 > "$tmp/out" 2> "$tmp/e
   [ "$rc" -eq 2 ] || { echo "FAIL fault_cost: a chunk past the mapping gave $rc"; fail=1; }
 else echo "FAIL fault_cost:"; sed 's/^/  | /' "$tmp/out" "$tmp/err"; fail=1; fi
 
-# the matrix script end to end, one cell (glibc only, no installs, no whole programs)
+# the matrix script end to end, one cell (glibc only, no installs, no whole programs), and an
+# --extra library, which runs although --allocators does not name it
 if sh scripts/bench-matrix.sh --quick --no-install --reps 1 --threads 1 --allocators glibc \
+     --extra other=build/libcmalloc.so \
      --workloads alloc-immediate-64 --seconds 0.05 --out "$tmp/matrix" > "$tmp/matrix.log" 2>&1 &&
    [ "$(head -n 1 "$tmp/matrix/matrix.csv")" = "workload,allocator,threads,params,ops_per_sec,wall_s,p50_ns,p99_ns,p999_ns,max_ns,peak_rss_kib" ] &&
    grep -q '^alloc-immediate-64,glibc,1,' "$tmp/matrix/matrix.csv" &&
+   grep -q '^alloc-immediate-64,other,1,' "$tmp/matrix/matrix.csv" &&
    grep -q '^## alloc-immediate-64' "$tmp/matrix/matrix.md"; then
-  echo "ok   bench-matrix.sh one cell"
+  echo "ok   bench-matrix.sh one cell and an --extra"
 else
   echo "FAIL bench-matrix.sh one cell:"; sed 's/^/  | /' "$tmp/matrix.log"; fail=1
 fi
