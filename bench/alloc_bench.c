@@ -50,8 +50,6 @@
 
 enum mode { MODE_IMMEDIATE, MODE_WINDOW, MODE_CROSSTHREAD };
 
-enum phase { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
-
 static struct {
     int threads;
     size_t size;
@@ -67,7 +65,7 @@ static struct {
     bool pin;
 } opt = {1, 64, DIST_FIXED, MODE_IMMEDIATE, 1024, 0.2, 1.0, 64, NULL, 1, false, false};
 
-static _Atomic int phase = PHASE_WARMUP;
+static _Atomic int phase = BENCH_WARMUP;
 static uint64_t tsc_overhead;
 static pthread_barrier_t start_barrier;
 
@@ -115,13 +113,13 @@ static inline int check_phase(worker *w, int *seen)
     int p = atomic_load_explicit(&phase, memory_order_relaxed);
     if (p == *seen)
         return 1;
-    if (p == PHASE_MEASURE) {
+    if (p == BENCH_MEASURE) {
         w->ops = 0;
         memset(&w->hmalloc, 0, sizeof w->hmalloc);
         memset(&w->hfree, 0, sizeof w->hfree);
     }
     *seen = p;
-    return p != PHASE_STOP;
+    return p != BENCH_STOP;
 }
 
 #define CHUNK 64
@@ -131,7 +129,7 @@ static void run_immediate(worker *w)
     uint64_t rs = bench_seed(1000 + w->id);
     unsigned countdown = next_countdown(&rs);
     unsigned si = 0;
-    int seen = PHASE_WARMUP;
+    int seen = BENCH_WARMUP;
     while (check_phase(w, &seen)) {
         for (int k = 0; k < CHUNK; k++) {
             size_t sz = w->sizes[si++ & (BENCH_SIZE_TABLE - 1)];
@@ -177,7 +175,7 @@ static void run_window(worker *w)
     unsigned si = w->size_pos;
     unsigned countdown = next_countdown(&rs);
     size_t pos = 0;
-    int seen = PHASE_WARMUP;
+    int seen = BENCH_WARMUP;
     while (check_phase(w, &seen)) {
         for (int k = 0; k < CHUNK; k++) {
             size_t sz = w->sizes[si++ & (BENCH_SIZE_TABLE - 1)];
@@ -275,7 +273,7 @@ static void run_producer(worker *w)
     unsigned countdown = next_countdown(&rs);
     unsigned si = 0;
     uint64_t tail = 0;
-    int seen = PHASE_WARMUP;
+    int seen = BENCH_WARMUP;
     while (check_phase(w, &seen)) {
         for (int k = 0; k < CHUNK; k++) {
             size_t sz = w->sizes[si++ & (BENCH_SIZE_TABLE - 1)];
@@ -292,7 +290,7 @@ static void run_producer(worker *w)
             bench_touch(p, sz);
             unsigned spins = 0;
             while (tail - atomic_load_explicit(&q->head, memory_order_acquire) >= QUEUE_CAP) {
-                if (atomic_load_explicit(&phase, memory_order_relaxed) == PHASE_STOP) {
+                if (atomic_load_explicit(&phase, memory_order_relaxed) == BENCH_STOP) {
                     free(p); /* the consumer may be gone; do not block */
                     goto out;
                 }
@@ -312,14 +310,14 @@ static void run_consumer(worker *w)
     uint64_t rs = bench_seed(4000 + w->id);
     unsigned countdown = next_countdown(&rs);
     uint64_t head = 0;
-    int seen = PHASE_WARMUP;
+    int seen = BENCH_WARMUP;
     for (;;) {
         if (!check_phase(w, &seen))
             break;
         for (int k = 0; k < CHUNK; k++) {
             unsigned spins = 0;
             while (atomic_load_explicit(&q->tail, memory_order_acquire) == head) {
-                if (atomic_load_explicit(&phase, memory_order_relaxed) == PHASE_STOP)
+                if (atomic_load_explicit(&phase, memory_order_relaxed) == BENCH_STOP)
                     goto drain;
                 backoff(&spins);
             }
@@ -369,15 +367,6 @@ static void *thread_main(void *arg)
     else
         run_consumer(w);
     return NULL;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }
 
 static void usage(void)
@@ -481,17 +470,12 @@ int main(int argc, char **argv)
         }
     }
     pthread_barrier_wait(&start_barrier);
-    sleep_s(opt.warmup_s);
-    bench_stamp t1 = bench_stamp_now();
-    atomic_store(&phase, PHASE_MEASURE);
-    sleep_s(opt.seconds);
-    atomic_store(&phase, PHASE_STOP);
-    bench_stamp t2 = bench_stamp_now();
+    bench_period t = bench_timeline(&phase, opt.warmup_s, opt.seconds);
     for (int i = 0; i < nworkers; i++)
         pthread_join(tids[i], NULL);
 
-    double cpn = bench_cycles_per_ns(t1, t2);
-    double wall = (double)(t2.ns - t1.ns) / 1e9;
+    double cpn = bench_cycles_per_ns(t.begin, t.end);
+    double wall = bench_period_s(t);
     uint64_t ops = 0;
     static bench_hist hm, hf, hall;
     for (int i = 0; i < nworkers; i++) {

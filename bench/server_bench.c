@@ -32,8 +32,6 @@
 
 #include "bench_util.h"
 
-enum phase { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
-
 static struct {
     int threads;
     size_t slots;
@@ -46,7 +44,7 @@ static struct {
     const char *label;
 } opt = {1, 16384, 8192, 4, 0.2, 1.0, 32, 1, "server"};
 
-static _Atomic int phase = PHASE_WARMUP;
+static _Atomic int phase = BENCH_WARMUP;
 static _Atomic(void *) *table;
 static uint64_t tsc_overhead;
 static pthread_barrier_t barrier;
@@ -134,11 +132,11 @@ static void *thread_main(void *arg)
     pthread_barrier_wait(&barrier);
 
     unsigned countdown = 1 + (unsigned)(bench_rand(&rs) % opt.sample_rate);
-    int seen = PHASE_WARMUP;
+    int seen = BENCH_WARMUP;
     for (;;) {
         int p = atomic_load_explicit(&phase, memory_order_relaxed);
         if (p != seen) {
-            if (p == PHASE_STOP)
+            if (p == BENCH_STOP)
                 break;
             w->ops = w->frees = w->remote_frees = 0;
             memset(&w->hreq, 0, sizeof w->hreq);
@@ -159,15 +157,6 @@ static void *thread_main(void *arg)
         w->ops += 16;
     }
     return NULL;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }
 
 static void usage(void)
@@ -225,17 +214,12 @@ int main(int argc, char **argv)
         }
     }
     pthread_barrier_wait(&barrier);
-    sleep_s(opt.warmup_s);
-    bench_stamp t1 = bench_stamp_now();
-    atomic_store(&phase, PHASE_MEASURE);
-    sleep_s(opt.seconds);
-    atomic_store(&phase, PHASE_STOP);
-    bench_stamp t2 = bench_stamp_now();
+    bench_period t = bench_timeline(&phase, opt.warmup_s, opt.seconds);
     for (int i = 0; i < opt.threads; i++)
         pthread_join(tids[i], NULL);
 
-    double cpn = bench_cycles_per_ns(t1, t2);
-    double wall = (double)(t2.ns - t1.ns) / 1e9;
+    double cpn = bench_cycles_per_ns(t.begin, t.end);
+    double wall = bench_period_s(t);
     uint64_t ops = 0, frees = 0, remote = 0;
     static bench_hist h;
     for (int i = 0; i < opt.threads; i++) {
