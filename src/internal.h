@@ -255,6 +255,7 @@ static inline bool cm_remote_chain_runs_long(const cm_remote_chain *chain)
 bool cm_remote_post(unsigned slot, unsigned size_class, cm_remote_chain *chain, uint32_t most);
 bool cm_remote_runs_long(unsigned size_class, void *list, uint32_t count);
 void *cm_remote_take(unsigned slot, unsigned size_class, uint32_t *count, bool *plain);
+unsigned cm_remote_next_posted(unsigned slot, unsigned from);
 void cm_remote_close(unsigned slot);
 bool cm_remote_slot_open(unsigned slot);
 void cm_remote_park(unsigned slot);

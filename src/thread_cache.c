@@ -602,7 +602,9 @@ static void give_back_mailbox(unsigned slot, unsigned size_class)
 static void flush_remote(cm_thread_cache *cache)
 {
     if (cache->slot != 0)
-        for (unsigned size_class = 1; size_class < cm_class_count; size_class++)
+        for (unsigned size_class = cm_remote_next_posted(cache->slot, 1);
+             size_class < cm_class_count;
+             size_class = cm_remote_next_posted(cache->slot, size_class + 1))
             give_back_mailbox(cache->slot, size_class);
 }
 

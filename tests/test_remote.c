@@ -174,6 +174,48 @@ static void remote_frees_come_back(void **state)
     assert_int_equal(held_out(c), before);
 }
 
+/* Another thread frees this thread's blocks of three classes and exits: each class's frees
+ * wait in this thread's mailbox, and a flush of the thread's cache (as its exit makes) takes
+ * every one of those words, the classes between them passed by. */
+#define FLUSH_CLASSES 3
+static const size_t flush_sizes[FLUSH_CLASSES] = {48, 256, 1024};
+static void *flush_blocks[FLUSH_CLASSES][BLOCKS];
+
+static void *free_flush_blocks(void *arg)
+{
+    (void)arg;
+    for (int k = 0; k < FLUSH_CLASSES; k++)
+        for (int i = 0; i < BLOCKS; i++)
+            free(flush_blocks[k][i]);
+    return NULL;
+}
+
+static void a_flush_takes_every_class_its_mailbox_holds(void **state)
+{
+    (void)state;
+    static void *keep[FLUSH_CLASSES][4096];
+    unsigned kept[FLUSH_CLASSES], c[FLUSH_CLASSES];
+    size_t before[FLUSH_CLASSES];
+    for (int k = 0; k < FLUSH_CLASSES; k++) {
+        c[k] = cm_size_class(flush_sizes[k]);
+        before[k] = held_out(c[k]);
+        kept[k] = allocate_before_a_miss(flush_sizes[k], flush_blocks[k], BLOCKS, keep[k]);
+    }
+    on_another_thread(free_flush_blocks, NULL);
+    for (int k = 0; k < FLUSH_CLASSES; k++)
+        if (mailbox_count(c[k]) == 0)
+            fail_msg("no block of %zu bytes came back to the mailbox", flush_sizes[k]);
+    cm_thread_cache_flush_current();
+    for (int k = 0; k < FLUSH_CLASSES; k++)
+        assert_int_equal(mailbox_count(c[k]), 0);
+    assert_true(cm_heap_check());
+    for (int k = 0; k < FLUSH_CLASSES; k++) {
+        for (unsigned i = 0; i < kept[k]; i++)
+            free(keep[k][i]);
+        assert_int_equal(held_out(c[k]), before[k]);
+    }
+}
+
 /* The allocating thread exits before another frees its blocks (of several classes): its
  * mailbox is closed by then, and those frees must still reach the central cache. */
 static void *allocate_blocks(void *arg)
@@ -1696,6 +1738,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(remote_frees_come_back),
         cmocka_unit_test(owner_gone_before_the_frees),
+        cmocka_unit_test(a_flush_takes_every_class_its_mailbox_holds),
         cmocka_unit_test(rounds_of_threads_lose_nothing),
         cmocka_unit_test(a_remote_double_free_is_reported),
         cmocka_unit_test(a_child_may_free_again_what_another_thread_sent_home),
