@@ -1406,16 +1406,15 @@ void cm_thread_cache_free_slow(void *object, unsigned size_class)
         if (list->max_length < batch)
             set_max_length(cache, size_class, list->max_length + 1);
     }
-    publish(cache, size_class); /* the fast paths' pushes since its last slow path too */
-    if (over_budget(cache, cm_classes[size_class].size))
-        scavenge(cache, cm_classes[size_class].size);
-    if (list->room == 0) { /* the budget left this list no room */
-        cm_central_give_back(size_class, object);
-        return;
-    }
+    /* The list has room now (a list of none grew to one): the object goes on, and one publish
+     * counts it with the fast paths' pushes since the last slow path; a budget then exceeded
+     * halves the lists, this one and the object with them. */
+    CM_ASSERT(list->room > 0);
     list->room--;
     cm_free_list_push(list, object, cm_free_mark(object));
     publish(cache, size_class);
+    if (over_budget(cache, 0))
+        scavenge(cache, 0);
 }
 
 /* The stock first: what its lists send home to this thread's mailbox goes back with it. */
