@@ -348,9 +348,10 @@ static void local_give_back_class(cm_thread_cache *cache, unsigned size_class)
 
 /* The fast path's local push could not be made (cm_free_to_own_span): the span is not held by
  * this thread yet, or object is its last one out. object starts an object of span and carries
- * no free mark; as in cm_thread_cache_free_slow, the budget is kept first (counting what the
- * fast paths pushed onto the list since its last slow path) and object is marked only once no
- * lock is left to wait for. */
+ * no free mark; the budget is kept first (counting what the fast paths pushed onto the list
+ * since its last slow path), and object is marked only where it is put: no object is marked
+ * and in no list while its thread waits on a lock (cm_thread_cache_free_slow pushes it before
+ * its budget's locks). */
 void cm_thread_cache_free_local(cm_span *span, void *object)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
@@ -509,7 +510,7 @@ static void outbox_collect_for(cm_thread_cache *cache, unsigned size_class, unsi
 /* The fast path's outbox push could not be made (cm_free_to_outbox): object (of span, of
  * size_class, not marked) starts a new run or a new chain, or the outbox is full and is posted
  * first. When that post is refused, object goes the way of a full list's free. Whatever may
- * wait on a lock comes before the object is marked, as in cm_thread_cache_free_slow. */
+ * wait on a lock comes before the object is marked and put (cm_thread_cache_free_local). */
 void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned size_class)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
