@@ -257,9 +257,10 @@ static size_t span_usable_size(const cm_span *span)
                                         : span->pages << CM_PAGE_SHIFT;
 }
 
-size_t cm_usable_size_unchecked(const void *p)
+/* 0 for a pointer that starts no block, reported as caller's. */
+size_t cm_usable_size_unchecked(const void *p, const char *caller)
 {
-    cm_span *span = checked_span(p, "malloc_usable_size");
+    cm_span *span = checked_span(p, caller);
     return span ? span_usable_size(span) : 0;
 }
 

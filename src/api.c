@@ -66,7 +66,9 @@ void cm_free_list_full(void *p)
     cm_thread_cache_free_slow(p, cm_pagemap_leaf_of(p)->classes[cm_pagemap_index(p)].size_class);
 }
 
-size_t cm_usable_size(const void *p)
+/* The usable size of p's block (in the debug mode, the size requested), never 0 for a block;
+ * 0 for NULL, and for a pointer that starts no live block after a report naming caller. */
+size_t cm_usable_size(const void *p, const char *caller)
 {
     size_t size;
     if (p == NULL)
@@ -74,6 +76,6 @@ size_t cm_usable_size(const void *p)
     if (CM_UNLIKELY(cm_option.check) && cm_check_usable_size(p, &size))
         return size;
     if (CM_UNLIKELY(cm_sampling) && cm_guard_owns(p))
-        return cm_guard_usable_size(p, "malloc_usable_size");
-    return cm_usable_size_unchecked(p);
+        return cm_guard_usable_size(p, caller);
+    return cm_usable_size_unchecked(p, caller);
 }

@@ -111,9 +111,11 @@ static CM_COLD void report(const char *what, const void *p, size_t detail, const
     cm_report_finish(&m);
 }
 
+/* raw is a block the debug mode took from the allocator beneath: never a bad pointer, so the
+ * caller named for a report is never printed. */
 static size_t raw_size(const check_header *raw)
 {
-    return cm_usable_size_unchecked(raw);
+    return cm_usable_size_unchecked(raw, "free");
 }
 
 void *cm_check_alloc(size_t size)

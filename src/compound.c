@@ -82,7 +82,8 @@ void *cm_realloc(void *p, size_t size)
     if (CM_UNLIKELY(cm_option.check))
         return cm_check_shrink(p, size)
                    ? p
-                   : move_block(cm_alloc(size), p, cm_usable_size(p), size, cm_free_slow);
+                   : move_block(cm_alloc(size), p, cm_usable_size(p, "realloc"), size,
+                                cm_free_slow);
     size_t size_class = cm_small_class_of(p);
     if (size_class != 0) {
         old = cm_classes[size_class].size;
@@ -105,5 +106,30 @@ void *cm_realloc(void *p, size_t size)
 size_t cm_malloc_usable_size(const void *p)
 {
     size_t size_class = cm_small_class_of(p);
-    return size_class != 0 ? cm_classes[size_class].size : cm_usable_size(p);
+    return size_class != 0 ? cm_classes[size_class].size : cm_usable_size(p, "malloc_usable_size");
+}
+
+/* free_sized and free_aligned_sized (C23; glibc has its own since 2.43, which a program's call
+ * must not reach with cmalloc's block): a free told the size the block was asked for, and the
+ * alignment for the aligned form (alignment 1 for free_sized). C leaves any other size or
+ * alignment undefined; without a record of each request, what can be checked is that the size
+ * fits the block (in the debug mode, the size requested) and that p has the alignment, a power
+ * of two. A call that fails either is reported, and the block leaked, as a bad pointer is; a
+ * bad pointer or a double free is reported as free reports it, naming caller. A small block
+ * vetted as realloc vets it (cm_small_class_of) takes free's fast path. */
+void cm_free_sized(void *p, size_t alignment, size_t size, const char *caller)
+{
+    size_t size_class = cm_small_class_of(p);
+    size_t usable = size_class != 0 ? cm_classes[size_class].size : cm_usable_size(p, caller);
+    if (usable == 0)
+        return; /* NULL, or reported */
+    if (CM_UNLIKELY(size > usable || alignment == 0 || (alignment & (alignment - 1)) != 0 ||
+                    ((uintptr_t)p & (alignment - 1)) != 0)) {
+        cm_report_sized_free(caller, p, alignment, size, usable);
+        return;
+    }
+    if (size_class != 0)
+        cm_free(p);
+    else
+        cm_free_slow(p, caller);
 }

@@ -123,6 +123,31 @@ void cm_report_double_free(const char *caller, const void *p)
     cm_report_finish(&m);
 }
 
+/* A sized free (free_sized, free_aligned_sized) whose size is past the block's usable bytes, or
+ * whose alignment is not a power of two or not p's. */
+void cm_report_sized_free(const char *caller, const void *p, size_t alignment, size_t size,
+                          size_t usable)
+{
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: ");
+    cm_message_str(&m, caller);
+    cm_message_str(&m, "(): ");
+    cm_message_hex(&m, (uintptr_t)p);
+    if (size > usable) {
+        cm_message_str(&m, " freed with size ");
+        cm_message_uint(&m, size);
+        cm_message_str(&m, ", past its block's ");
+        cm_message_uint(&m, usable);
+        cm_message_str(&m, " bytes");
+    } else {
+        cm_message_str(&m, " freed with alignment ");
+        cm_message_uint(&m, alignment);
+        bool power_of_two = alignment != 0 && (alignment & (alignment - 1)) == 0;
+        cm_message_str(&m, power_of_two ? ", which it does not have" : ", not a power of two");
+    }
+    cm_report_finish(&m);
+}
+
 void cm_report_corrupt_list(const void *object)
 {
     cm_message m = {.length = 0};

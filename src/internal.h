@@ -298,7 +298,7 @@ void *cm_alloc_unchecked(size_t size);
 void *cm_alloc_for_realloc(size_t size);
 void *cm_alloc_aligned_unchecked(size_t alignment, size_t size);
 void cm_free_unchecked(void *p, const char *caller);
-size_t cm_usable_size_unchecked(const void *p);
+size_t cm_usable_size_unchecked(const void *p, const char *caller);
 bool cm_is_object_start(const void *p);
 bool cm_alloc_is_zeroed(const void *p, size_t size);
 void *cm_realloc_in_place(void *p, size_t size, size_t *old_size);
@@ -352,7 +352,7 @@ void cm_prof_fork(int phase);
 void *cm_alloc_slow(size_t size);
 void cm_free_slow(void *p, const char *caller);
 void cm_free_list_full(void *p);
-size_t cm_usable_size(const void *p);
+size_t cm_usable_size(const void *p, const char *caller);
 
 /* stats.c: also cmalloc_stats_get, cmalloc_stats_print, cmalloc_release (see cmalloc.h) */
 bool cm_heap_check(void);
@@ -379,6 +379,7 @@ void *cm_alloc_aligned(size_t alignment, size_t size);
 void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);
 size_t cm_malloc_usable_size(const void *p);
+void cm_free_sized(void *p, size_t alignment, size_t size, const char *caller);
 
 /* pool.c and arena.c: also the public cmalloc_pool_* and cmalloc_arena_* (see cmalloc.h) */
 struct cmalloc_pool;

@@ -64,6 +64,19 @@ CM_EXPORT size_t CM_ENTRY(malloc_usable_size)(void *p)
     return cm_malloc_usable_size(p);
 }
 
+/* C23's sized frees, not declared by glibc before 2.43: compound.c's cm_free_sized says what
+ * they check. */
+CM_EXPORT void CM_ENTRY(free_sized)(void *p, size_t size);
+CM_EXPORT void CM_ENTRY(free_sized)(void *p, size_t size)
+{
+    cm_free_sized(p, 1, size, "free_sized");
+}
+CM_EXPORT void CM_ENTRY(free_aligned_sized)(void *p, size_t alignment, size_t size);
+CM_EXPORT void CM_ENTRY(free_aligned_sized)(void *p, size_t alignment, size_t size)
+{
+    cm_free_sized(p, alignment, size, "free_aligned_sized");
+}
+
 CM_EXPORT void *CM_ENTRY(reallocarray)(void *p, size_t count, size_t size)
 {
     size_t total;

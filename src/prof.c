@@ -1031,7 +1031,7 @@ bool cm_sample_realloc_moves(const void *p, size_t *old_size)
     if (cm_guard_owns(p))
         *old_size = cm_guard_usable_size(p, "realloc");
     else if (is_sampled(p))
-        *old_size = cm_usable_size_unchecked(p);
+        *old_size = cm_usable_size_unchecked(p, "realloc");
     else
         return false;
     return true;

@@ -1,13 +1,13 @@
 /* fuzz_entry_points.c - a libFuzzer target driving every malloc entry point of cmalloc.
  *
  * The input is decoded into a sequence of operations over a table of 256 live blocks: malloc,
- * calloc, realloc, free, posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
- * reallocarray, malloc_usable_size, realloc(p, 0), realloc(NULL, n), overflowing
- * calloc/reallocarray, malloc_trim and bursts of small blocks. Sizes are biased to small
- * (most below 1 KiB), some up to 256 KiB (size classes), some up to 8 MiB and a few up to
- * 24 MiB, on both sides of the mmap threshold (1 MiB at start, raised to the size of each
- * mapped block freed, up to 32 MiB); alignments are any power of two up to 4 MiB (and a few
- * invalid ones, which must fail with EINVAL).
+ * calloc, realloc, free (by the block's tag: free, free_sized or free_aligned_sized),
+ * posix_memalign, aligned_alloc, memalign, valloc, pvalloc, reallocarray, malloc_usable_size,
+ * realloc(p, 0), realloc(NULL, n), overflowing calloc/reallocarray, malloc_trim and bursts of
+ * small blocks. Sizes are biased to small (most below 1 KiB), some up to 256 KiB (size
+ * classes), some up to 8 MiB and a few up to 24 MiB, on both sides of the mmap threshold (1 MiB
+ * at start, raised to the size of each mapped block freed, up to 32 MiB); alignments are any
+ * power of two up to 4 MiB (and a few invalid ones, which must fail with EINVAL).
  *
  * Every block is filled with a pattern derived from its tag and offset (all of it up to 2 KiB;
  * for bigger blocks the first and last 512 bytes and 8 bytes every 64 KiB), checked before it is
@@ -48,10 +48,14 @@ bool cm_heap_check(void); /* src/internal.h: hidden in the .so, linkable from th
 
 #ifdef FUZZ_REPLAY_MAIN
 #define FZ(name) name
+void free_sized(void *p, size_t size); /* C23: glibc declares them only from 2.43 */
+void free_aligned_sized(void *p, size_t alignment, size_t size);
 #else
 #define FZ(name) cmfuzz_##name
 void *cmfuzz_malloc(size_t size);
 void cmfuzz_free(void *p);
+void cmfuzz_free_sized(void *p, size_t size);
+void cmfuzz_free_aligned_sized(void *p, size_t alignment, size_t size);
 void *cmfuzz_calloc(size_t count, size_t size);
 void *cmfuzz_realloc(void *p, size_t size);
 void *cmfuzz_reallocarray(void *p, size_t count, size_t size);
@@ -241,10 +245,19 @@ static void adopt(block *b, void *p, size_t size, size_t alignment, bool zeroed)
     live_bytes += size;
 }
 
+/* Frees b's block, by its tag with free, free_sized or free_aligned_sized: each sized free is
+ * told the size asked for, the aligned one the alignment when it was a power of two (memalign
+ * rounds others up), else 1. */
 static void release(block *b)
 {
     check_block(b, b->size, "before free");
-    FZ(free)(b->p);
+    size_t alignment = (b->alignment & (b->alignment - 1)) == 0 ? b->alignment : 1;
+    if (b->tag % 3 == 0)
+        FZ(free)(b->p);
+    else if (b->tag % 3 == 1)
+        FZ(free_sized)(b->p, b->size);
+    else
+        FZ(free_aligned_sized)(b->p, alignment, b->size);
     live_bytes -= b->size;
     memset(b, 0, sizeof *b);
 }

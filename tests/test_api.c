@@ -18,6 +18,8 @@
  *   - posix_memalign, aligned_alloc, memalign, valloc, pvalloc for alignments 16 B .. 8 MiB;
  *     posix_memalign returns EINVAL for bad alignments and leaves *memptr alone on failure;
  *   - NULL + errno ENOMEM for overflowing calloc / reallocarray and absurd sizes;
+ *   - free_sized and free_aligned_sized (C23) take the blocks of malloc, calloc, a shrinking
+ *     realloc and aligned_alloc with the sizes asked for, and really free them;
  *   - cfree, malloc_trim (memory really goes back to the OS), mallinfo/mallinfo2 (bytes in use
  *     are accounted), mallopt, malloc_stats, glibc's __libc_* aliases.
  *
@@ -50,6 +52,9 @@
 
 /* glibc >= 2.26 no longer declares cfree; cmalloc exports it (DESIGN.md, public surface). */
 void cfree(void *ptr);
+/* C23's sized frees: glibc declares (and has) them only from 2.43, cmalloc exports them. */
+void free_sized(void *ptr, size_t size);
+void free_aligned_sized(void *ptr, size_t alignment, size_t size);
 /* glibc's internal aliases, which cmalloc also exports so nothing escapes it. */
 void *__libc_malloc(size_t size);
 void __libc_free(void *ptr);
@@ -810,6 +815,67 @@ static size_t aligned_size(int k, size_t a)
 }
 #define ALIGNED_SIZES 7
 
+/* free_sized and free_aligned_sized in one shape, for check_sized_free_releases. */
+static void free_sized_wrapper(void *p, size_t alignment, size_t size)
+{
+    free_sized(p, size);
+    (void)alignment;
+}
+static void free_aligned_sized_wrapper(void *p, size_t alignment, size_t size)
+{
+    free_aligned_sized(p, alignment, size);
+}
+/* A big block released with the size and alignment it was asked for leaves bytes_in_use. */
+static void check_sized_free_releases(void (*release)(void *, size_t, size_t), size_t alignment,
+                                      const char *what)
+{
+    const size_t big = 2 * MiB;
+    void *p = opaque(aligned_alloc(alignment, big));
+    assert_non_null(p);
+    memset(p, 1, big);
+    clobber(p);
+    cmalloc_stats before = stats_now();
+    release(p, alignment, big);
+    cmalloc_stats after = stats_now();
+    CHECK(after.bytes_in_use + big <= before.bytes_in_use,
+          "%s of %zu bytes: bytes_in_use %zu -> %zu", what, big, before.bytes_in_use,
+          after.bytes_in_use);
+}
+
+static void test_free_sized(void **state)
+{
+    (void)state;
+    free_sized(NULL, 0);
+    free_sized(NULL, 100);
+    free_aligned_sized(NULL, 64, 100);
+    /* Every kind of block free_sized takes, with the size it was asked for: the sizes of a
+     * shrinking realloc's block are the new ones, also when it stays in place. */
+    for (size_t n = 0; n <= 4 * MiB; n = n < 64 ? n + 1 : n + n / 3) {
+        void *p = opaque(malloc(n));
+        check_block(p, n, 16, "malloc");
+        free_sized(p, n);
+        p = opaque(calloc(1, n));
+        check_block(p, n, 16, "calloc");
+        free_sized(p, n);
+        p = opaque(malloc(n + n / 4 + 1));
+        p = opaque(realloc(p, n));
+        if (n > 0)
+            check_block(p, n, 16, "realloc");
+        free_sized(p, n);
+    }
+    /* aligned_alloc's blocks with free_aligned_sized, alignments 1 B to 8 MiB. */
+    for (size_t a = 1; a <= 8 * MiB; a *= 2) {
+        const size_t sizes[3] = {a, 2 * a, 5 * a + 16};
+        for (int k = 0; k < 3; k++) {
+            void *p = opaque(aligned_alloc(opaque_size(a), opaque_size(sizes[k])));
+            check_block(p, sizes[k], a, "aligned_alloc");
+            free_aligned_sized(p, a, sizes[k]);
+        }
+    }
+    check_sized_free_releases(free_sized_wrapper, 16, "free_sized");
+    check_sized_free_releases(free_aligned_sized_wrapper, 4096, "free_aligned_sized");
+}
+
 static void test_posix_memalign(void **state)
 {
     (void)state;
@@ -1264,6 +1330,7 @@ int main(void)
         cmocka_unit_test(test_realloc_grows_in_place),
         cmocka_unit_test(test_realloc_zero_frees),
         cmocka_unit_test(test_free_and_cfree),
+        cmocka_unit_test(test_free_sized),
         cmocka_unit_test(test_posix_memalign),
         cmocka_unit_test(test_posix_memalign_einval),
         cmocka_unit_test(test_aligned_alloc),

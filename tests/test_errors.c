@@ -29,6 +29,15 @@
  *   test_realloc_freed_small        free(p); realloc(p, 40), p = malloc(48): double free ... in
  *                                   realloc() (a size p's block holds, which would keep it)
  *   test_usable_size_invalid        malloc_usable_size(p + 16)   malloc_usable_size(): ...
+ *   test_free_sized_too_large       free_sized(p, 4096), p = malloc(100): free_sized(): p freed
+ *                                   with size 4096, past its block's 112 bytes
+ *   test_free_sized_large_block     free_sized(p, 2 MiB), p = malloc(1 MiB): the same
+ *   test_free_aligned_sized_odd     free_aligned_sized(p, 48, 100): alignment 48, not a power
+ *                                   of two
+ *   test_free_aligned_sized_lacking free_aligned_sized(p, 64, 48), p = malloc(48) not 64-aligned:
+ *                                   alignment 64, which it does not have
+ *   test_free_sized_twice           free_sized(p, 48) twice      double free ... in free_sized()
+ *   test_free_sized_invalid         free_sized(p + 48, 10)       free_sized(): invalid pointer
  * and, in a copy of this binary re-executed with CMALLOC_CHECK=1 (`--run NAME`):
  *   test_check_double_free_not_at_head  free(a); free(b); free(a)  double free ...
  *   test_check_overrun_canary       p = malloc(40); p[40] = 'x'; free(p)
@@ -241,6 +250,62 @@ static void usable_size_invalid(void)
     opaque((void *)n);
 }
 
+/* C23's sized frees: glibc declares (and has) them only from 2.43, cmalloc exports them. */
+void free_sized(void *ptr, size_t size);
+void free_aligned_sized(void *ptr, size_t alignment, size_t size);
+
+static void free_sized_too_large(void)
+{
+    void *p = opaque(malloc(100));
+    announce(p);
+    free_sized(p, 4096);
+}
+
+static void free_sized_large_block(void)
+{
+    void *p = opaque(malloc(1 * MiB));
+    announce(p);
+    free_sized(p, 2 * MiB);
+}
+
+static void free_aligned_sized_odd(void)
+{
+    void *p = opaque(malloc(100));
+    announce(p);
+    free_aligned_sized(p, 48, 100);
+}
+
+/* A 48-byte block that is not 64-byte aligned: of two neighbours in a span of 48-byte objects,
+ * one is not. */
+static void *block_off_64(void)
+{
+    void *p = opaque(malloc(48));
+    return ((uintptr_t)p & 63) != 0 ? p : opaque(malloc(48));
+}
+
+static void free_aligned_sized_lacking(void)
+{
+    void *p = block_off_64();
+    announce(p);
+    free_aligned_sized(p, 64, 48);
+}
+
+static void free_sized_twice(void)
+{
+    void *p = opaque(malloc(48));
+    announce(p);
+    free_sized(p, 48);
+    free_sized(opaque(p), 48);
+}
+
+static void free_sized_invalid(void)
+{
+    char *block = malloc(100);
+    void *p = opaque(block + 48);
+    announce(p);
+    free_sized(p, 10);
+}
+
 static void double_free_not_at_head(void)
 {
     void *a = opaque(malloc(48)), *b = opaque(malloc(48));
@@ -407,6 +472,48 @@ static void test_usable_size_invalid(void **state)
     expect_death_at(usable_size_invalid, "cmalloc: malloc_usable_size(): invalid pointer %p");
 }
 
+static void test_free_sized_too_large(void **state)
+{
+    (void)state;
+    expect_death_at(free_sized_too_large,
+                    "cmalloc: free_sized(): %p freed with size 4096, past its block's 112 bytes");
+}
+
+static void test_free_sized_large_block(void **state)
+{
+    (void)state;
+    expect_death_at(free_sized_large_block,
+                    "cmalloc: free_sized(): %p freed with size 2097152, past its block's "
+                    "1048576 bytes");
+}
+
+static void test_free_aligned_sized_odd(void **state)
+{
+    (void)state;
+    expect_death_at(free_aligned_sized_odd, "cmalloc: free_aligned_sized(): %p freed with "
+                                            "alignment 48, not a power of two");
+}
+
+static void test_free_aligned_sized_lacking(void **state)
+{
+    (void)state;
+    expect_death_at(free_aligned_sized_lacking,
+                    "cmalloc: free_aligned_sized(): %p freed with alignment 64, which it does not "
+                    "have");
+}
+
+static void test_free_sized_twice(void **state)
+{
+    (void)state;
+    expect_death_at(free_sized_twice, "cmalloc: double free %p in free_sized()");
+}
+
+static void test_free_sized_invalid(void **state)
+{
+    (void)state;
+    expect_death_at(free_sized_invalid, "cmalloc: free_sized(): invalid pointer %p");
+}
+
 /* ---- keep-going mode (runs in the re-executed child) ---------------------------------------
  * Writes "ok <what>" or "FAIL <what>" lines to stdout; exits 0 only when all is well. */
 
@@ -514,6 +621,17 @@ static int keep_going_main(void)
     free(bx);
     free(by);
 
+    /* sized frees that do not fit their block: reported, and the block kept (not reused) */
+    char *sized = malloc(100);
+    fill(sized, 100, 0xe1);
+    free_sized(opaque(sized), 4096);
+    free_aligned_sized(opaque(sized), 48, 100);
+    x = malloc(100);
+    check(x != NULL && x != sized, "a block refused by free_sized is not handed out");
+    check(filled(sized, 100, 0xe1), "a block refused by free_sized is intact");
+    free(x);
+    free_sized(sized, 100);
+
     /* the program's own objects are intact and the heap is consistent */
     bool intact = true;
     for (int i = 0; i < KEEP; i++)
@@ -560,18 +678,20 @@ static void test_keep_going(void **state)
         "cmalloc: realloc(): invalid pointer 0x",
         "cmalloc: malloc_usable_size(): invalid pointer 0x",
         "cmalloc: double free 0x",
+        "cmalloc: free_sized(): 0x",
+        "cmalloc: free_aligned_sized(): 0x",
         "; leaking it and going on",
     };
     for (size_t i = 0; i < sizeof reports / sizeof reports[0]; i++)
         if (strstr(output, reports[i]) == NULL)
             fail_msg("keep-going child's output lacks \"%s\":\n%s", reports[i], output);
     /* Count the reports: 5 invalid frees + realloc + usable size + 2 double frees + realloc of
-     * a freed block (the child's own lines on stdout never say "cmalloc: "). */
+     * a freed block + 2 sized frees (the child's own lines on stdout never say "cmalloc: "). */
     int count = 0;
     for (const char *s = output; (s = strstr(s, "cmalloc: ")) != NULL; s++)
         count++;
-    if (count != 10)
-        fail_msg("expected 10 reports from the keep-going child, got %d:\n%s", count, output);
+    if (count != 12)
+        fail_msg("expected 12 reports from the keep-going child, got %d:\n%s", count, output);
 }
 
 /* ---- check mode: death tests in a copy re-executed with CMALLOC_CHECK=1 ------------------ */
@@ -644,6 +764,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_realloc_middle_of_small),
         cmocka_unit_test(test_realloc_freed_small),
         cmocka_unit_test(test_usable_size_invalid),
+        cmocka_unit_test(test_free_sized_too_large),
+        cmocka_unit_test(test_free_sized_large_block),
+        cmocka_unit_test(test_free_aligned_sized_odd),
+        cmocka_unit_test(test_free_aligned_sized_lacking),
+        cmocka_unit_test(test_free_sized_twice),
+        cmocka_unit_test(test_free_sized_invalid),
         cmocka_unit_test(test_keep_going),
         cmocka_unit_test(test_check_double_free_not_at_head),
         cmocka_unit_test(test_check_overrun_canary),

@@ -12,11 +12,16 @@
  * - mallinfo2 counts 8 MiB held; malloc_info(0) writes <malloc, malloc_info(1) is EINVAL;
  *   mallopt accepts M_MMAP_THRESHOLD, M_ARENA_MAX, M_TRIM_THRESHOLD; malloc_trim and
  *   malloc_stats return;
+ * - C23's free_sized and free_aligned_sized, looked up as a program built against glibc 2.43
+ *   finds them: under LD_PRELOAD of cmalloc they are cmalloc's (not a libc's, which would get
+ *   cmalloc's blocks), and they free blocks of malloc, calloc, realloc and aligned_alloc;
+ *   without cmalloc, a libc's when it has them;
  * - strdup, strndup, asprintf, getline, qsort of 1 MB, open_memstream, regcomp/regexec,
  *   setlocale, iconv, getaddrinfo("localhost"), glob, scandir, obstack, tsearch give the same
  *   results as without cmalloc (checked against fixed answers). */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <errno.h>
 #include <glob.h>
@@ -69,6 +74,39 @@ static int compare_int(const void *a, const void *b)
 {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
+}
+
+static void sized_frees(void)
+{
+    void (*sized)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+    void (*aligned_sized)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))dlsym(RTLD_DEFAULT, "free_aligned_sized");
+    const char *preload = getenv("LD_PRELOAD");
+    if (preload != NULL && strstr(preload, "libcmalloc") != NULL) {
+        Dl_info where, where_aligned;
+        CHECK(sized != NULL && aligned_sized != NULL, "free_sized under cmalloc: not found\n");
+        if (sized == NULL || aligned_sized == NULL)
+            return;
+        CHECK(dladdr((void *)sized, &where) && strstr(where.dli_fname, "libcmalloc") != NULL &&
+                  dladdr((void *)aligned_sized, &where_aligned) &&
+                  strstr(where_aligned.dli_fname, "libcmalloc") != NULL,
+              "free_sized and free_aligned_sized resolve into %s and %s, not cmalloc\n",
+              where.dli_fname, where_aligned.dli_fname);
+    }
+    if (sized == NULL || aligned_sized == NULL)
+        return; /* a libc before 2.43, alone */
+    for (size_t n = 0; n < 1 << 22; n = n * 2 + 24) {
+        char *p = malloc(n);
+        memset(p, 1, n);
+        sized(p, n);
+        p = calloc(3, n);
+        sized(p, 3 * n);
+        p = realloc(malloc(n + 100), n + 1);
+        sized(p, n + 1);
+        p = aligned_alloc(256, n + 256);
+        memset(p, 2, n + 256);
+        aligned_sized(p, 256, n + 256);
+    }
 }
 
 static void alignment_calls(void)
@@ -373,6 +411,7 @@ static void libc_internals(void)
 int main(void)
 {
     alignment_calls();
+    sized_frees();
     failing_sizes();
     extras();
     libc_internals();
