@@ -41,9 +41,10 @@ void *cm_alloc_slow(size_t size)
     return cm_alloc_unchecked(size);
 }
 
-void cm_free_slow(void *p, const char *caller)
+/* size: what a sized free was told (CM_UNSIZED: nothing), which the debug mode checks. */
+void cm_free_slow(void *p, size_t size, const char *caller)
 {
-    if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, caller)))
+    if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, size, caller)))
         return;
     CM_DEBUG_WALK();
     if (CM_UNLIKELY(cm_sampling) && cm_sample_free(p, caller))
@@ -59,7 +60,7 @@ void cm_free_slow(void *p, const char *caller)
 void cm_free_list_full(void *p)
 {
     if (CM_UNLIKELY(cm_option.check || cm_sampling || !cm_is_initialized())) {
-        cm_free_slow(p, "free");
+        cm_free_slow(p, CM_UNSIZED, "free");
         return;
     }
     CM_DEBUG_WALK();

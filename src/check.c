@@ -228,7 +228,10 @@ static void second_free(const check_header *raw, const void *p, const char *call
     }
 }
 
-bool cm_check_free(void *p, const char *caller)
+/* size: what a sized free was told (CM_UNSIZED: nothing), checked against the request (that
+ * of malloc(0) is 1); a size that differs is reported and the block leaked, as a bad pointer
+ * is: a sized delete through a base class without a virtual destructor, say. */
+bool cm_check_free(void *p, size_t size, const char *caller)
 {
     check_header *raw = header_of(p);
     if (raw == NULL)
@@ -238,6 +241,11 @@ bool cm_check_free(void *p, const char *caller)
         second_free(raw, p, caller, boundary);
         return true;
     }
+    if (size != CM_UNSIZED && size + (size == 0) != raw->requested) {
+        about(raw, boundary);
+        cm_report_sized_free(caller, p, 1, size, raw->requested, true);
+        return true;
+    }
     if (!canary_intact(raw, p, boundary))
         return true;
     /* Room first, then the block: the blocks leaving the quarantine go back to the allocator,
@@ -245,7 +253,7 @@ bool cm_check_free(void *p, const char *caller)
      * leave its block allocated in the child (thread_cache.c's free says why). So the block is
      * marked freed, its canary filled over (the child's free checks it) and queued under the
      * lock, in a round that releases nothing; its user data may be filled before. */
-    size_t size = raw_size(raw);
+    size_t bytes = raw_size(raw);
     memset(p, FREE_FILL, raw->requested);
     for (;;) {
         check_header *evicted[8];
@@ -254,7 +262,7 @@ bool cm_check_free(void *p, const char *caller)
         cm_lock_acquire(&quarantine_lock);
         while (evicted_count < 8 && quarantine_count > 0 &&
                (quarantine_count == CM_QUARANTINE_OBJECTS ||
-                quarantine_bytes + size > CM_QUARANTINE_BYTES)) {
+                quarantine_bytes + bytes > CM_QUARANTINE_BYTES)) {
             evicted[evicted_count++] = quarantine[quarantine_head];
             quarantine_head = (quarantine_head + 1) % CM_QUARANTINE_OBJECTS;
             quarantine_count--;
@@ -265,10 +273,10 @@ bool cm_check_free(void *p, const char *caller)
             twice = raw->state != state_word(ALLOCATED, raw); /* another thread's free won */
             if (!twice) {
                 raw->state = state_word(FREED, raw);
-                memset((char *)p + raw->requested, FREE_FILL, size - HEADER - raw->requested);
+                memset((char *)p + raw->requested, FREE_FILL, bytes - HEADER - raw->requested);
                 quarantine[(quarantine_head + quarantine_count) % CM_QUARANTINE_OBJECTS] = raw;
                 quarantine_count++;
-                quarantine_bytes += size;
+                quarantine_bytes += bytes;
                 cm_latest_free_note(latest_frees, raw);
             }
         }

@@ -55,6 +55,12 @@ static void *move_block(void *q, void *p, size_t old, size_t size,
     return q;
 }
 
+/* move_block's release through the modes (api.c), for the blocks they may hold. */
+static void free_through_modes(void *p, const char *caller)
+{
+    cm_free_slow(p, CM_UNSIZED, caller);
+}
+
 /* move_block's release for a block cm_small_class_of vetted. */
 static void free_moved(void *p, const char *caller)
 {
@@ -64,7 +70,7 @@ static void free_moved(void *p, const char *caller)
 
 /* realloc(p, 0) frees p and returns NULL, as glibc does. A sampled or guarded block moves
  * through the sampler, and in the debug mode every block that does not shrink moves (so stale
- * pointers hit the quarantine): their old blocks are freed through cm_free_slow, where those
+ * pointers hit the quarantine): their old blocks are freed through api.c's slow path, where those
  * modes see them; an ordinary block's straight through alloc.c, which gives a block moved to a
  * large size whole pages, to grow in place next time (while sampling, which charges every
  * allocation, it comes from cm_alloc). */
@@ -78,12 +84,12 @@ void *cm_realloc(void *p, size_t size)
     }
     size_t old;
     if (CM_UNLIKELY(cm_sampling) && cm_sample_realloc_moves(p, &old))
-        return move_block(cm_alloc(size), p, old, size, cm_free_slow);
+        return move_block(cm_alloc(size), p, old, size, free_through_modes);
     if (CM_UNLIKELY(cm_option.check))
         return cm_check_shrink(p, size)
                    ? p
                    : move_block(cm_alloc(size), p, cm_usable_size(p, "realloc"), size,
-                                cm_free_slow);
+                                free_through_modes);
     size_t size_class = cm_small_class_of(p);
     if (size_class != 0) {
         old = cm_classes[size_class].size;
@@ -125,11 +131,11 @@ void cm_free_sized(void *p, size_t alignment, size_t size, const char *caller)
         return; /* NULL, or reported */
     if (CM_UNLIKELY(size > usable || alignment == 0 || (alignment & (alignment - 1)) != 0 ||
                     ((uintptr_t)p & (alignment - 1)) != 0)) {
-        cm_report_sized_free(caller, p, alignment, size, usable);
+        cm_report_sized_free(caller, p, alignment, size, usable, false);
         return;
     }
     if (size_class != 0)
         cm_free(p);
     else
-        cm_free_slow(p, caller);
+        cm_free_slow(p, size, caller);
 }

@@ -123,22 +123,23 @@ void cm_report_double_free(const char *caller, const void *p)
     cm_report_finish(&m);
 }
 
-/* A sized free (free_sized, free_aligned_sized) whose size is past the block's usable bytes, or
- * whose alignment is not a power of two or not p's. */
+/* A sized free (free_sized, free_aligned_sized, a sized operator delete) told a size other than
+ * the bytes requested (requested: the debug mode, which knows them), or past the block's usable
+ * bytes, or an alignment that is not a power of two or not p's. */
 void cm_report_sized_free(const char *caller, const void *p, size_t alignment, size_t size,
-                          size_t usable)
+                          size_t bytes, bool requested)
 {
     cm_message m = {.length = 0};
     cm_message_str(&m, "cmalloc: ");
     cm_message_str(&m, caller);
     cm_message_str(&m, "(): ");
     cm_message_hex(&m, (uintptr_t)p);
-    if (size > usable) {
+    if (requested || size > bytes) {
         cm_message_str(&m, " freed with size ");
         cm_message_uint(&m, size);
-        cm_message_str(&m, ", past its block's ");
-        cm_message_uint(&m, usable);
-        cm_message_str(&m, " bytes");
+        cm_message_str(&m, requested ? ", not the " : ", past its block's ");
+        cm_message_uint(&m, bytes);
+        cm_message_str(&m, requested ? " bytes it was allocated with" : " bytes");
     } else {
         cm_message_str(&m, " freed with alignment ");
         cm_message_uint(&m, alignment);

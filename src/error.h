@@ -25,7 +25,7 @@ void *cm_out_of_memory(void);
 CM_COLD void cm_report_invalid_pointer(const char *caller, const void *p);
 CM_COLD void cm_report_double_free(const char *caller, const void *p);
 CM_COLD void cm_report_sized_free(const char *caller, const void *p, size_t alignment, size_t size,
-                                  size_t usable);
+                                  size_t bytes, bool requested);
 CM_COLD __attribute__((noreturn)) void cm_report_corrupt_list(const void *object);
 /* Set once by cm_init, random per process. */
 extern uintptr_t cm_list_key, cm_free_key;

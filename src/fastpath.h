@@ -94,8 +94,10 @@ static inline void *cm_alloc(size_t size)
 }
 
 /* Inlined into every entry point that frees, whatever the compiler makes of its size: a call
- * would add its jump to every free. */
-static CM_ALWAYS_INLINE void cm_free(void *p)
+ * would add its jump to every free. size: what a sized free (a sized operator delete, C23's
+ * free_sized) was told, or CM_UNSIZED; caller: the call a report names. Neither is read on
+ * the fast path: the debug mode's blocks all take the slow path, where it checks the size. */
+static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, const char *caller)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
     cm_thread_cache *cache = cm_thread_cache_current;
@@ -124,7 +126,12 @@ static CM_ALWAYS_INLINE void cm_free(void *p)
             return;
         }
     }
-    cm_free_slow(p, "free");
+    cm_free_slow(p, size, caller);
+}
+
+static CM_ALWAYS_INLINE void cm_free(void *p)
+{
+    cm_free_as(p, CM_UNSIZED, "free");
 }
 
 /* The class of p if it starts an object of a SMALL span and carries no free mark, tested as

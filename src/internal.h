@@ -313,7 +313,7 @@ typedef void (*cm_caller_printer)(uintptr_t boundary, int fd);
 void cm_check_init(cm_stack_capture capture, cm_stack_printer print_stack,
                    cm_caller_printer print_caller);
 void *cm_check_alloc(size_t size);
-bool cm_check_free(void *p, const char *caller);
+bool cm_check_free(void *p, size_t size, const char *caller);
 bool cm_check_shrink(void *p, size_t size);
 bool cm_check_usable_size(const void *p, size_t *size);
 size_t cm_check_quarantined_bytes(void);
@@ -350,7 +350,8 @@ void cm_prof_fork(int phase);
 
 /* api.c: the entry points' slow paths, where a call's mode is decided (fastpath.h calls in) */
 void *cm_alloc_slow(size_t size);
-void cm_free_slow(void *p, const char *caller);
+#define CM_UNSIZED SIZE_MAX /* the size of a free that was told none */
+void cm_free_slow(void *p, size_t size, const char *caller);
 void cm_free_list_full(void *p);
 size_t cm_usable_size(const void *p, const char *caller);
 

@@ -124,67 +124,65 @@ CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const 
     return new_aligned(size, alignment, true);
 }
 
-/* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow */
+/* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow. The sized
+ * forms hand their size to the debug mode, which checks it (fastpath.h's cm_free_as). */
+static const char delete_name[] = "operator delete", delete_array_name[] = "operator delete[]";
 CM_DELETE(_ZdlPv, void *p)
 {
-    cm_free(p);
+    cm_free_as(p, CM_UNSIZED, delete_name);
 }
 CM_DELETE(_ZdaPv, void *p)
 {
-    cm_free(p);
+    cm_free_as(p, CM_UNSIZED, delete_array_name);
 }
 CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    cm_free(p);
+    cm_free_as(p, CM_UNSIZED, delete_name);
 }
 CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    cm_free(p);
+    cm_free_as(p, CM_UNSIZED, delete_array_name);
 }
 CM_DELETE(_ZdlPvm, void *p, size_t size)
 {
-    (void)size;
-    cm_free(p);
+    cm_free_as(p, size, delete_name);
 }
 CM_DELETE(_ZdaPvm, void *p, size_t size)
 {
-    (void)size;
-    cm_free(p);
+    cm_free_as(p, size, delete_array_name);
 }
 CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment)
 {
     (void)alignment;
-    cm_free(p);
+    cm_free_as(p, CM_UNSIZED, delete_name);
 }
 CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment)
 {
     (void)alignment;
-    cm_free(p);
+    cm_free_as(p, CM_UNSIZED, delete_array_name);
 }
 CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
-    (void)size;
     (void)alignment;
-    cm_free(p);
+    cm_free_as(p, size, delete_name);
 }
 CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
-    (void)size;
     (void)alignment;
-    cm_free(p);
+    cm_free_as(p, size, delete_array_name);
 }
 CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
     (void)alignment;
     (void)tag;
-    cm_free(p);
+    cm_free_as(p, CM_UNSIZED, delete_name);
 }
 CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
     (void)alignment;
     (void)tag;
-    cm_free(p);
+    cm_free_as(p, CM_UNSIZED, delete_array_name);
 }
 #endif /* CM_PREFIX */

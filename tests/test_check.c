@@ -9,6 +9,10 @@
  *   zero_size_and_shrink_in_place malloc(0) has a usable byte; realloc within the usable size
  *                                 keeps the block
  *   shrink_keeps_the_canary       an overflow past the new end of a shrunk block is reported
+ *   sized_frees_are_checked       free_sized told the size requested frees the block (also
+ *                                 after calloc, malloc(0) and a realloc that kept it); told
+ *                                 another, smaller or larger, it aborts with the report (C++'s
+ *                                 sized delete: tests/test_programs.sh)
  *   a_child_may_free_again_the_latest_free_of_a_thread_left_behind
  *                                 in a forked child, a second free of the block another
  *                                 thread freed last is its first there; a third, an earlier
@@ -31,6 +35,8 @@
 
 #include "internal.h"
 #include "helpers.h"
+
+void free_sized(void *p, size_t size); /* C23: glibc declares it only from 2.43 */
 
 /* scenario() in a forked child must abort with exactly `format`, its %p the address the
  * child announced. */
@@ -76,6 +82,20 @@ static void write_after_free(void)
         free(malloc(200));
 }
 
+static void free_sized_smaller(void)
+{
+    char *p = malloc(100);
+    announce(p);
+    free_sized(p, 99);
+}
+
+static void free_sized_larger(void)
+{
+    char *p = calloc(3, 40);
+    announce(p);
+    free_sized(p, 121);
+}
+
 static void reports_errors(void **state)
 {
     (void)state;
@@ -116,6 +136,22 @@ static void normal_use_works(void **state)
     for (int i = 0; i < 3000; i++)
         free(objects[i]);
     assert_true(cm_heap_check());
+}
+
+static void sized_frees_are_checked(void **state)
+{
+    (void)state;
+    free_sized(malloc(100), 100);
+    free_sized(calloc(3, 40), 120);
+    free_sized(malloc(0), 0);
+    char *p = malloc(300);
+    assert_ptr_equal(realloc(p, 200), p); /* kept: the request is the new size */
+    free_sized(p, 200);
+    assert_true(cm_heap_check());
+    expect_abort(free_sized_smaller, "cmalloc: free_sized(): %p freed with size 99, not the 100 "
+                                     "bytes it was allocated with; aborting\n");
+    expect_abort(free_sized_larger, "cmalloc: free_sized(): %p freed with size 121, past its "
+                                    "block's 120 bytes; aborting\n");
 }
 
 /* What programs assert of any malloc, kept in the debug mode: malloc(0) has a positive usable
@@ -255,6 +291,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(normal_use_works),
         cmocka_unit_test(zero_size_and_shrink_in_place),
         cmocka_unit_test(shrink_keeps_the_canary),
+        cmocka_unit_test(sized_frees_are_checked),
         cmocka_unit_test(a_child_may_free_again_the_latest_free_of_a_thread_left_behind),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

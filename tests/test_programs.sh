@@ -13,8 +13,10 @@
 # The Python job also forks 20 times while two threads allocate (a hung child is reported).
 # Python also checks from the inside that malloc, free, calloc and realloc resolve into the
 # libcmalloc.so mapping of /proc/self/maps, and the C++ program that operator new is counted by
-# cmalloc_stats_get. A program that is missing is skipped with a notice; the test fails when
-# none ran. Exits non-zero on any failure, after printing which.
+# cmalloc_stats_get. The C++ program and g++ run again under CMALLOC_CHECK=1, which checks each
+# sized delete against the size requested, and there a delete through a base class without a
+# virtual destructor must be reported. A program that is missing is skipped with a notice; the
+# test fails when none ran. Exits non-zero on any failure, after printing which.
 set -u
 
 top=$(pwd)
@@ -444,6 +446,29 @@ if have g++; then
         fi
         # cc1plus is itself a big C++ program: its output must not change under cmalloc.
         check g++-S g++ -std=c++17 -O0 -S -o - "$tmp/prog.cc"
+        # The debug mode checks each sized delete against the size requested: libstdc++'s
+        # containers, strings and shared_ptr (sized deallocation is on from C++14) and cc1plus
+        # pass it, and a delete through a base class without a virtual destructor, which hands
+        # operator delete the base's size, is reported.
+        check c++-program-checked env CMALLOC_CHECK=1 "$tmp/cxxprog"
+        check g++-S-checked env CMALLOC_CHECK=1 g++ -std=c++17 -O0 -S -o - "$tmp/prog.cc"
+        cat >"$tmp/base_delete.cc" <<'EOF'
+struct Base { int a; ~Base() {} };
+struct Derived : Base { char pad[40]; };
+template <class T> static T *opaque(T *p) { __asm__ volatile("" : "+r"(p)); return p; }
+int main() { Base *b = opaque<Base>(new Derived); delete b; return 0; }
+EOF
+        echo "-- base-delete (CMALLOC_CHECK=1)"
+        g++ -std=c++17 -O1 -o "$tmp/base_delete" "$tmp/base_delete.cc" 2>"$tmp/base-build.err"
+        env CMALLOC_CHECK=1 LD_PRELOAD="$lib" $limit "$tmp/base_delete" 2>"$tmp/base_delete.err"
+        rc=$?
+        wanted="^cmalloc: operator delete(): 0x[0-9a-f]* freed with size 4, not the 44 bytes"
+        if [ "$rc" -eq 134 ] && grep -q "$wanted" "$tmp/base_delete.err"; then
+            echo "  ok (reported, aborted)"
+        else
+            fail "base-delete: exit status $rc, no report of the base's size:" \
+                "$(sed -n 1p "$tmp/base_delete.err")"
+        fi
     else
         echo "  SKIP: g++ cannot build the test program:"
         sed -n '1,5p' "$tmp/cxx-build.err"
