@@ -27,7 +27,8 @@ static void *alloc_sampling(size_t size)
     return cm_sample_alloc(size);
 }
 
-void *cm_alloc_slow(size_t size)
+/* family: the calls that must free the block (internal.h), which the debug mode records. */
+void *cm_alloc_slow_by(size_t size, cm_family family)
 {
     if (CM_UNLIKELY(cm_sampling))
         return alloc_sampling(size);
@@ -35,16 +36,22 @@ void *cm_alloc_slow(size_t size)
         cm_init();
     CM_DEBUG_WALK();
     if (CM_UNLIKELY(cm_option.check)) {
-        void *p = cm_check_alloc(size);
+        void *p = cm_check_alloc(size, family);
         return p ? p : cm_out_of_memory();
     }
     return cm_alloc_unchecked(size);
 }
 
-/* size: what a sized free was told (CM_UNSIZED: nothing), which the debug mode checks. */
-void cm_free_slow(void *p, size_t size, const char *caller)
+void *cm_alloc_slow(size_t size)
 {
-    if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, size, caller)))
+    return cm_alloc_slow_by(size, CM_BY_MALLOC);
+}
+
+/* size: what a sized free was told (CM_UNSIZED: nothing), and family: the calls it is of
+ * (internal.h), which the debug mode checks. */
+void cm_free_slow(void *p, size_t size, cm_family family, const char *caller)
+{
+    if (p == NULL || (CM_UNLIKELY(cm_option.check) && cm_check_free(p, size, family, caller)))
         return;
     CM_DEBUG_WALK();
     if (CM_UNLIKELY(cm_sampling) && cm_sample_free(p, caller))
@@ -60,7 +67,7 @@ void cm_free_slow(void *p, size_t size, const char *caller)
 void cm_free_list_full(void *p)
 {
     if (CM_UNLIKELY(cm_option.check || cm_sampling || !cm_is_initialized())) {
-        cm_free_slow(p, CM_UNSIZED, "free");
+        cm_free_slow(p, CM_UNSIZED, CM_BY_MALLOC, "free");
         return;
     }
     CM_DEBUG_WALK();

@@ -2,7 +2,7 @@
  * memory is filled with a pattern and held in a quarantine before reuse.
  *
  *   raw object (any class or span):
- *   | link 8 | state 8 | requested 8 | stack 4 | unused 4 | user data: requested bytes | canary |
+ *   | link 8 | state 8 | requested 8 | stack 4 | family 4 | user data: requested bytes | canary |
  *   ^ raw                                       ^ pointer handed out (raw + 32, 16-aligned)
  *
  *   state       keyed by address: ALLOCATED or FREED (a random key, so program data is never
@@ -12,14 +12,18 @@
  *   freed data  filled with FREE_FILL; objects wait in a FIFO quarantine (CM_QUARANTINE_OBJECTS,
  *               CM_QUARANTINE_BYTES) and are checked for writes as they leave it to be reused
  *
+ *   family      the calls that made it (malloc's, new or new[]: internal.h's cm_family), whose
+ *               free must release it
  *   stack       where it was allocated: an id in prof.c's stack table (handed down at init),
  *               unwound (libunwind) at every allocation: 2,098 instructions an allocation of
  *               1000 bytes instead of 614 (callgrind's count of tests/data/prof_reports.c
  *               `work 30000` less `work 10000`, over 20,000, CMALLOC_CHECK=1, LD_PRELOAD)
  *
  * Reports: overflow, double free (any second free while the object is still in quarantine or
- * not yet reused), write after free; each line is followed (error.c's report details) by the
- * stack of the call that found it and the block's allocation stack. At exit the blocks still
+ * not yet reused), write after free, a free of another family's block (free of new's, delete
+ * of new[]'s...) or of another size than requested (a sized free); each line is followed
+ * (error.c's report details) by the stack of the call that found it and the block's allocation
+ * stack. At exit the blocks still
  * quarantined are checked once, so a write to one is reported even though it never left.
  * Thread caches are bypassed (thread_cache.c gives no cache in this mode), so every call takes
  * the slow paths; the cost is several times the normal one.
@@ -40,8 +44,8 @@ typedef struct check_header {
     uintptr_t link;  /* the free-list link while free */
     uintptr_t state; /* state_word(ALLOCATED / FREED, raw) */
     size_t requested;
-    uint32_t stack; /* where it was allocated: an id in prof.c's stack table, 0: none */
-    uint32_t unused;
+    uint32_t stack;  /* where it was allocated: an id in prof.c's stack table, 0: none */
+    uint32_t family; /* cm_family: the calls that made it */
 } check_header;
 
 enum { ALLOCATED = 0x11, FREED = 0x22 };
@@ -118,7 +122,7 @@ static size_t raw_size(const check_header *raw)
     return cm_usable_size_unchecked(raw, "free");
 }
 
-void *cm_check_alloc(size_t size)
+void *cm_check_alloc(size_t size, cm_family family)
 {
     if (size > CM_REQUEST_MAX)
         return NULL;
@@ -128,6 +132,7 @@ void *cm_check_alloc(size_t size)
         return NULL;
     raw->state = state_word(ALLOCATED, raw);
     raw->requested = size;
+    raw->family = family;
     raw->stack = 0;
     if (capture_stack != NULL && !in_capture) {
         in_capture = true;
@@ -228,10 +233,30 @@ static void second_free(const check_header *raw, const void *p, const char *call
     }
 }
 
+static const char *const family_names[] = {"malloc", "operator new", "operator new[]"};
+
+/* A free by another family's call than the block's (free of new's block, delete of new[]'s). */
+static CM_COLD void report_other_family(const check_header *raw, const void *p, const char *caller,
+                                        uintptr_t boundary)
+{
+    about(raw, boundary);
+    cm_message m = {.length = 0};
+    cm_message_str(&m, "cmalloc: ");
+    cm_message_str(&m, caller);
+    cm_message_str(&m, "(): ");
+    cm_message_hex(&m, (uintptr_t)p);
+    cm_message_str(&m, " was allocated by ");
+    cm_message_str(&m, family_names[raw->family]);
+    cm_report_finish(&m);
+}
+
 /* size: what a sized free was told (CM_UNSIZED: nothing), checked against the request (that
- * of malloc(0) is 1); a size that differs is reported and the block leaked, as a bad pointer
- * is: a sized delete through a base class without a virtual destructor, say. */
-bool cm_check_free(void *p, size_t size, const char *caller)
+ * of malloc(0) is 1), and family: the calls the free is of, against the block's. A block freed
+ * by another family or with another size is reported and leaked, as a bad pointer is: a sized
+ * delete through a base class without a virtual destructor, say, or free of a new[]'s block.
+ * A delete may free a block from malloc: C++'s delete must free what a program's own operator
+ * new returns, and such a new may take its memory from malloc. */
+bool cm_check_free(void *p, size_t size, cm_family family, const char *caller)
 {
     check_header *raw = header_of(p);
     if (raw == NULL)
@@ -239,6 +264,10 @@ bool cm_check_free(void *p, size_t size, const char *caller)
     uintptr_t boundary = (uintptr_t)__builtin_return_address(0);
     if (raw->state != state_word(ALLOCATED, raw)) {
         second_free(raw, p, caller, boundary);
+        return true;
+    }
+    if (family != (cm_family)raw->family && raw->family != CM_BY_MALLOC) {
+        report_other_family(raw, p, caller, boundary);
         return true;
     }
     if (size != CM_UNSIZED && size + (size == 0) != raw->requested) {

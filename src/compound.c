@@ -58,7 +58,7 @@ static void *move_block(void *q, void *p, size_t old, size_t size,
 /* move_block's release through the modes (api.c), for the blocks they may hold. */
 static void free_through_modes(void *p, const char *caller)
 {
-    cm_free_slow(p, CM_UNSIZED, caller);
+    cm_free_slow(p, CM_UNSIZED, CM_BY_MALLOC, caller);
 }
 
 /* move_block's release for a block cm_small_class_of vetted. */
@@ -137,5 +137,5 @@ void cm_free_sized(void *p, size_t alignment, size_t size, const char *caller)
     if (size_class != 0)
         cm_free(p);
     else
-        cm_free_slow(p, size, caller);
+        cm_free_slow(p, size, CM_BY_MALLOC, caller);
 }

@@ -72,12 +72,21 @@ static inline void cm_free_to_outbox(cm_thread_cache *cache, const cm_span *span
     cm_thread_cache_free_remote(span, p, (unsigned)size_class);
 }
 
-static inline void *cm_alloc(size_t size)
+/* The slow path of an allocation by family's calls: the malloc family's takes one argument
+ * less, which kept a register free in cm_alloc_aligned (posix_memalign 131 -> 128
+ * instructions, tests/test_fastpath_budget.sh). */
+static inline void *cm_alloc_slow_of(size_t size, cm_family family)
+{
+    return family == CM_BY_MALLOC ? cm_alloc_slow(size) : cm_alloc_slow_by(size, family);
+}
+
+/* family: the calls that must free the block (internal.h), for the debug mode's slow path. */
+static inline void *cm_alloc_by(size_t size, cm_family family)
 {
     cm_thread_cache *cache = cm_thread_cache_current;
     size_t size_class;
     if (CM_UNLIKELY(!cm_class_lookup_in(cm_fast_path_classes, size, &size_class)))
-        return cm_alloc_slow(size);
+        return cm_alloc_slow_of(size, family);
     cm_free_list *list = &cache->lists[size_class];
     if (CM_LIKELY(list->head != NULL))
         return cm_free_list_pop(list);
@@ -90,14 +99,20 @@ static inline void *cm_alloc(size_t size)
     void *object = cm_fresh_run_take(run);
     if (CM_LIKELY(object != NULL))
         return object;
-    return run->inbox != NULL ? cm_thread_cache_inbox_pop(run) : cm_alloc_slow(size);
+    return run->inbox != NULL ? cm_thread_cache_inbox_pop(run) : cm_alloc_slow_of(size, family);
+}
+
+static inline void *cm_alloc(size_t size)
+{
+    return cm_alloc_by(size, CM_BY_MALLOC);
 }
 
 /* Inlined into every entry point that frees, whatever the compiler makes of its size: a call
  * would add its jump to every free. size: what a sized free (a sized operator delete, C23's
- * free_sized) was told, or CM_UNSIZED; caller: the call a report names. Neither is read on
- * the fast path: the debug mode's blocks all take the slow path, where it checks the size. */
-static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, const char *caller)
+ * free_sized) was told, or CM_UNSIZED; family: the calls the free is of (internal.h); caller:
+ * the call a report names. None is read on the fast path: the debug mode's blocks all take the
+ * slow path, where it checks the size and the family. */
+static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, cm_family family, const char *caller)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
     cm_thread_cache *cache = cm_thread_cache_current;
@@ -126,12 +141,12 @@ static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, const char *caller
             return;
         }
     }
-    cm_free_slow(p, size, caller);
+    cm_free_slow(p, size, family, caller);
 }
 
 static CM_ALWAYS_INLINE void cm_free(void *p)
 {
-    cm_free_as(p, CM_UNSIZED, "free");
+    cm_free_as(p, CM_UNSIZED, CM_BY_MALLOC, "free");
 }
 
 /* The class of p if it starts an object of a SMALL span and carries no free mark, tested as

@@ -304,6 +304,11 @@ bool cm_alloc_is_zeroed(const void *p, size_t size);
 void *cm_realloc_in_place(void *p, size_t size, size_t *old_size);
 size_t cm_mapped_live_bytes(size_t *count);
 
+/* The calls a block was made by, whose free must release it (free for the malloc family, delete
+ * for new, delete[] for new[]): the debug mode records it, and reports a block freed by another
+ * family's call. The fast paths never read it: every block of that mode takes the slow paths. */
+typedef enum cm_family { CM_BY_MALLOC, CM_BY_NEW, CM_BY_NEW_ARRAY } cm_family;
+
 /* check.c: the CMALLOC_CHECK=1 debug mode. prof.c's stack table and printers are handed down
  * at init (stacks are ids into it; boundary: a return address inside cmalloc, the frames up to
  * and including its frame are cmalloc's). */
@@ -312,8 +317,8 @@ typedef void (*cm_stack_printer)(uint32_t stack, int fd);
 typedef void (*cm_caller_printer)(uintptr_t boundary, int fd);
 void cm_check_init(cm_stack_capture capture, cm_stack_printer print_stack,
                    cm_caller_printer print_caller);
-void *cm_check_alloc(size_t size);
-bool cm_check_free(void *p, size_t size, const char *caller);
+void *cm_check_alloc(size_t size, cm_family family);
+bool cm_check_free(void *p, size_t size, cm_family family, const char *caller);
 bool cm_check_shrink(void *p, size_t size);
 bool cm_check_usable_size(const void *p, size_t *size);
 size_t cm_check_quarantined_bytes(void);
@@ -349,9 +354,10 @@ void cm_prof_release_stash(void);
 void cm_prof_fork(int phase);
 
 /* api.c: the entry points' slow paths, where a call's mode is decided (fastpath.h calls in) */
-void *cm_alloc_slow(size_t size);
+void *cm_alloc_slow_by(size_t size, cm_family family);
+void *cm_alloc_slow(size_t size); /* cm_alloc_slow_by for the malloc family */
 #define CM_UNSIZED SIZE_MAX /* the size of a free that was told none */
-void cm_free_slow(void *p, size_t size, const char *caller);
+void cm_free_slow(void *p, size_t size, cm_family family, const char *caller);
 void cm_free_list_full(void *p);
 size_t cm_usable_size(const void *p, const char *caller);
 

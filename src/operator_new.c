@@ -47,7 +47,7 @@ static CM_COLD void *refuse_new(bool nothrow, const char *why)
     abort();
 }
 
-static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow)
+static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow, cm_family family)
 {
     for (;;) {
         cm_new_handler handler =
@@ -58,16 +58,20 @@ static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow)
             handler();
         else if (!cm_call_new_handler_nothrow(handler))
             return NULL;
-        void *p = cm_alloc_aligned(alignment, size);
+        void *p = alignment <= CM_ALIGNMENT ? cm_alloc_by(size, family)
+                                            : cm_alloc_aligned(alignment, size);
         if (p != NULL)
             return p;
     }
 }
 
-static inline void *new_object(size_t size, size_t alignment, bool nothrow)
+/* family: CM_BY_NEW or CM_BY_NEW_ARRAY, the delete that must free it (for the debug mode,
+ * which serves aligned requests above CM_ALIGNMENT unchecked). */
+static inline void *new_object(size_t size, size_t alignment, bool nothrow, cm_family family)
 {
-    void *p = alignment <= CM_ALIGNMENT ? cm_alloc(size) : cm_alloc_aligned(alignment, size);
-    return CM_LIKELY(p != NULL) ? p : new_failed(size, alignment, nothrow);
+    void *p =
+        alignment <= CM_ALIGNMENT ? cm_alloc_by(size, family) : cm_alloc_aligned(alignment, size);
+    return CM_LIKELY(p != NULL) ? p : new_failed(size, alignment, nothrow, family);
 }
 
 #define CM_NEW(name, ...)              \
@@ -80,109 +84,110 @@ static inline void *new_object(size_t size, size_t alignment, bool nothrow)
 /* new(size), new[](size), and their nothrow forms */
 CM_NEW(_Znwm, size_t size)
 {
-    return new_object(size, 0, false);
+    return new_object(size, 0, false, CM_BY_NEW);
 }
 CM_NEW(_Znam, size_t size)
 {
-    return new_object(size, 0, false);
+    return new_object(size, 0, false, CM_BY_NEW_ARRAY);
 }
 CM_NEW(_ZnwmRKSt9nothrow_t, size_t size, const void *tag)
 {
     (void)tag;
-    return new_object(size, 0, true);
+    return new_object(size, 0, true, CM_BY_NEW);
 }
 CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag)
 {
     (void)tag;
-    return new_object(size, 0, true);
+    return new_object(size, 0, true, CM_BY_NEW_ARRAY);
 }
 /* new(size, align_val_t), new[](size, align_val_t), and their nothrow forms. An alignment
  * that is not a power of two (0 included) is refused at once, as libstdc++ does: bad_alloc
  * without asking the new_handler, which could never make it valid. */
-static inline void *new_aligned(size_t size, size_t alignment, bool nothrow)
+static inline void *new_aligned(size_t size, size_t alignment, bool nothrow, cm_family family)
 {
     if (CM_UNLIKELY(alignment == 0 || (alignment & (alignment - 1)) != 0))
         return refuse_new(nothrow, "an alignment that is not a power of two");
-    return new_object(size, alignment, nothrow);
+    return new_object(size, alignment, nothrow, family);
 }
 CM_NEW(_ZnwmSt11align_val_t, size_t size, size_t alignment)
 {
-    return new_aligned(size, alignment, false);
+    return new_aligned(size, alignment, false, CM_BY_NEW);
 }
 CM_NEW(_ZnamSt11align_val_t, size_t size, size_t alignment)
 {
-    return new_aligned(size, alignment, false);
+    return new_aligned(size, alignment, false, CM_BY_NEW_ARRAY);
 }
 CM_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
 {
     (void)tag;
-    return new_aligned(size, alignment, true);
+    return new_aligned(size, alignment, true, CM_BY_NEW);
 }
 CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
 {
     (void)tag;
-    return new_aligned(size, alignment, true);
+    return new_aligned(size, alignment, true, CM_BY_NEW_ARRAY);
 }
 
-/* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow. The sized
- * forms hand their size to the debug mode, which checks it (fastpath.h's cm_free_as). */
+/* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow. Each hands
+ * the debug mode its family, the sized forms their size too, which it checks against the
+ * block's (fastpath.h's cm_free_as). */
 static const char delete_name[] = "operator delete", delete_array_name[] = "operator delete[]";
 CM_DELETE(_ZdlPv, void *p)
 {
-    cm_free_as(p, CM_UNSIZED, delete_name);
+    cm_free_as(p, CM_UNSIZED, CM_BY_NEW, delete_name);
 }
 CM_DELETE(_ZdaPv, void *p)
 {
-    cm_free_as(p, CM_UNSIZED, delete_array_name);
+    cm_free_as(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_array_name);
 }
 CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    cm_free_as(p, CM_UNSIZED, delete_name);
+    cm_free_as(p, CM_UNSIZED, CM_BY_NEW, delete_name);
 }
 CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    cm_free_as(p, CM_UNSIZED, delete_array_name);
+    cm_free_as(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_array_name);
 }
 CM_DELETE(_ZdlPvm, void *p, size_t size)
 {
-    cm_free_as(p, size, delete_name);
+    cm_free_as(p, size, CM_BY_NEW, delete_name);
 }
 CM_DELETE(_ZdaPvm, void *p, size_t size)
 {
-    cm_free_as(p, size, delete_array_name);
+    cm_free_as(p, size, CM_BY_NEW_ARRAY, delete_array_name);
 }
 CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment)
 {
     (void)alignment;
-    cm_free_as(p, CM_UNSIZED, delete_name);
+    cm_free_as(p, CM_UNSIZED, CM_BY_NEW, delete_name);
 }
 CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment)
 {
     (void)alignment;
-    cm_free_as(p, CM_UNSIZED, delete_array_name);
+    cm_free_as(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_array_name);
 }
 CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
     (void)alignment;
-    cm_free_as(p, size, delete_name);
+    cm_free_as(p, size, CM_BY_NEW, delete_name);
 }
 CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
     (void)alignment;
-    cm_free_as(p, size, delete_array_name);
+    cm_free_as(p, size, CM_BY_NEW_ARRAY, delete_array_name);
 }
 CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
     (void)alignment;
     (void)tag;
-    cm_free_as(p, CM_UNSIZED, delete_name);
+    cm_free_as(p, CM_UNSIZED, CM_BY_NEW, delete_name);
 }
 CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
     (void)alignment;
     (void)tag;
-    cm_free_as(p, CM_UNSIZED, delete_array_name);
+    cm_free_as(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_array_name);
 }
 #endif /* CM_PREFIX */

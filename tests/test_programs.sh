@@ -14,9 +14,12 @@
 # Python also checks from the inside that malloc, free, calloc and realloc resolve into the
 # libcmalloc.so mapping of /proc/self/maps, and the C++ program that operator new is counted by
 # cmalloc_stats_get. The C++ program and g++ run again under CMALLOC_CHECK=1, which checks each
-# sized delete against the size requested, and there a delete through a base class without a
-# virtual destructor must be reported. A program that is missing is skipped with a notice; the
-# test fails when none ran. Exits non-zero on any failure, after printing which.
+# delete against the block's family and each sized delete against the size requested, and
+# there a delete through a base class without a virtual destructor, a free of new's block, a
+# delete of new[]'s and a delete[] of new's must be reported (a delete of malloc's block is
+# not: a program's own operator new may take its memory from malloc). A program that is
+# missing is skipped with a notice; the test fails when none ran. Exits non-zero on any
+# failure, after printing which.
 set -u
 
 top=$(pwd)
@@ -446,28 +449,61 @@ if have g++; then
         fi
         # cc1plus is itself a big C++ program: its output must not change under cmalloc.
         check g++-S g++ -std=c++17 -O0 -S -o - "$tmp/prog.cc"
-        # The debug mode checks each sized delete against the size requested: libstdc++'s
-        # containers, strings and shared_ptr (sized deallocation is on from C++14) and cc1plus
-        # pass it, and a delete through a base class without a virtual destructor, which hands
-        # operator delete the base's size, is reported.
+        # The debug mode checks each delete against the block's family (new, new[] or malloc's)
+        # and each sized delete against the size requested: libstdc++'s containers, strings and
+        # shared_ptr (sized deallocation is on from C++14) and cc1plus pass both, and each
+        # misuse below is reported (exit status 134, the report's first line as wanted).
         check c++-program-checked env CMALLOC_CHECK=1 "$tmp/cxxprog"
         check g++-S-checked env CMALLOC_CHECK=1 g++ -std=c++17 -O0 -S -o - "$tmp/prog.cc"
-        cat >"$tmp/base_delete.cc" <<'EOF'
+        cat >"$tmp/misuse.cc" <<'EOF'
+#include <cstdlib>
+#include <cstring>
 struct Base { int a; ~Base() {} };
 struct Derived : Base { char pad[40]; };
 template <class T> static T *opaque(T *p) { __asm__ volatile("" : "+r"(p)); return p; }
-int main() { Base *b = opaque<Base>(new Derived); delete b; return 0; }
+int main(int, char **argv) {
+    if (!std::strcmp(argv[1], "base-delete")) // hands operator delete sizeof(Base)
+        delete opaque<Base>(new Derived);
+    if (!std::strcmp(argv[1], "new-free"))
+        std::free(opaque(new int(1)));
+    if (!std::strcmp(argv[1], "new-array-delete"))
+        delete opaque(new int[10]);
+    if (!std::strcmp(argv[1], "new-delete-array"))
+        delete[] opaque(new char);
+    if (!std::strcmp(argv[1], "malloc-delete")) // a block of a program's new that calls malloc
+        ::operator delete(opaque(std::malloc(40)));
+    return 0;
+}
 EOF
-        echo "-- base-delete (CMALLOC_CHECK=1)"
-        g++ -std=c++17 -O1 -o "$tmp/base_delete" "$tmp/base_delete.cc" 2>"$tmp/base-build.err"
-        env CMALLOC_CHECK=1 LD_PRELOAD="$lib" $limit "$tmp/base_delete" 2>"$tmp/base_delete.err"
-        rc=$?
-        wanted="^cmalloc: operator delete(): 0x[0-9a-f]* freed with size 4, not the 44 bytes"
-        if [ "$rc" -eq 134 ] && grep -q "$wanted" "$tmp/base_delete.err"; then
-            echo "  ok (reported, aborted)"
+        misuse() { # misuse CASE WANTED: the case, under the debug mode, aborts with WANTED
+            echo "-- misuse $1 (CMALLOC_CHECK=1)"
+            env CMALLOC_CHECK=1 LD_PRELOAD="$lib" $limit "$tmp/misuse" "$1" 2>"$tmp/misuse.err"
+            rc=$?
+            if [ "$rc" -eq 134 ] && grep -q "^cmalloc: $2" "$tmp/misuse.err"; then
+                echo "  ok (reported, aborted)"
+            else
+                fail "misuse $1: exit status $rc, not the report wanted:" \
+                    "$(sed -n 1p "$tmp/misuse.err")"
+            fi
+        }
+        if g++ -std=c++17 -O1 -o "$tmp/misuse" "$tmp/misuse.cc" 2>"$tmp/misuse-build.err"; then
+            address="0x[0-9a-f]*"
+            misuse base-delete \
+                "operator delete(): $address freed with size 4, not the 44 bytes it was allocated"
+            misuse new-free "free(): $address was allocated by operator new;"
+            misuse new-array-delete "operator delete(): $address was allocated by operator new\[\];"
+            misuse new-delete-array "operator delete\[\](): $address was allocated by operator new;"
+            echo "-- malloc-delete (CMALLOC_CHECK=1): accepted"
+            env CMALLOC_CHECK=1 LD_PRELOAD="$lib" $limit "$tmp/misuse" malloc-delete \
+                2>"$tmp/misuse.err"
+            rc=$?
+            if [ "$rc" -eq 0 ] && ! grep -q "^cmalloc:" "$tmp/misuse.err"; then
+                echo "  ok"
+            else
+                fail "malloc-delete: exit status $rc: $(sed -n 1p "$tmp/misuse.err")"
+            fi
         else
-            fail "base-delete: exit status $rc, no report of the base's size:" \
-                "$(sed -n 1p "$tmp/base_delete.err")"
+            fail "misuse: g++ cannot build it: $(sed -n 1p "$tmp/misuse-build.err")"
         fi
     else
         echo "  SKIP: g++ cannot build the test program:"
