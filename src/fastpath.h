@@ -111,8 +111,11 @@ static inline void *cm_alloc(size_t size)
  * would add its jump to every free. size: what a sized free (a sized operator delete, C23's
  * free_sized) was told, or CM_UNSIZED; family: the calls the free is of (internal.h); caller:
  * the call a report names. None is read on the fast path: the debug mode's blocks all take the
- * slow path, where it checks the size and the family. */
-static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, cm_family family, const char *caller)
+ * slow path, where it checks the size and the family. slow: api.c's cm_free_slow, or a path of
+ * the entry point's own in front of it (operator_new.c's). */
+typedef void (*cm_free_slow_path)(void *p, size_t size, cm_family family, const char *caller);
+static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, cm_family family, const char *caller,
+                                        cm_free_slow_path slow)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
     cm_thread_cache *cache = cm_thread_cache_current;
@@ -141,12 +144,12 @@ static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, cm_family family, 
             return;
         }
     }
-    cm_free_slow(p, size, family, caller);
+    slow(p, size, family, caller);
 }
 
 static CM_ALWAYS_INLINE void cm_free(void *p)
 {
-    cm_free_as(p, CM_UNSIZED, CM_BY_MALLOC, "free");
+    cm_free_as(p, CM_UNSIZED, CM_BY_MALLOC, "free", cm_free_slow);
 }
 
 /* The class of p if it starts an object of a SMALL span and carries no free mark, tested as

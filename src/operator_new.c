@@ -128,66 +128,113 @@ CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const 
     return new_aligned(size, alignment, true, CM_BY_NEW_ARRAY);
 }
 
+/* ---- a program's own operator delete --------------------------------------------------------
+ * C++'s default array, sized and nothrow deletes call the program's operator delete(void *)
+ * when it has its own (and the sized delete[] its operator delete[](void *)): libstdc++'s do,
+ * and under LD_PRELOAD cmalloc's are those defaults. A program whose own operator new hands out
+ * memory of its own (an arena, a pool) has it deleted through cmalloc's sized delete, which
+ * the compiler calls for `delete p`: such a pointer is in no span of cmalloc's, so the fast
+ * path never takes it, and the slow path below hands it to the program's delete instead of
+ * reporting it. A program's own new that returns malloc's blocks as they are has them freed by
+ * cmalloc's fast path, its own delete not called; the aligned forms are not forwarded. */
+typedef void (*cm_delete_fn)(void *p);
+void _ZdlPv(void *p);
+void _ZdaPv(void *p);
+/* cmalloc's own definitions, under names no program takes: _ZdlPv and _ZdaPv, read through
+ * the GOT, are whichever definitions the program binds to. */
+extern void cm_own_delete(void *p) __attribute__((alias("_ZdlPv"), visibility("hidden")));
+extern void cm_own_delete_array(void *p) __attribute__((alias("_ZdaPv"), visibility("hidden")));
+
+/* The program's own delete for family's blocks, or NULL when it has none. */
+static cm_delete_fn program_delete(cm_family family)
+{
+    cm_delete_fn bound = _ZdaPv;
+    if (family == CM_BY_NEW_ARRAY && bound != cm_own_delete_array)
+        return bound;
+    bound = _ZdlPv;
+    return bound != cm_own_delete ? bound : NULL;
+}
+
+static void delete_slow(void *p, size_t size, cm_family family, const char *name)
+{
+    cm_delete_fn program;
+    if (p != NULL && cm_span_of(p) == NULL && !cm_guard_owns(p) &&
+        (program = program_delete(family)) != NULL) {
+        program(p);
+        return;
+    }
+    cm_free_slow(p, size, family, name);
+}
+
 /* delete, delete[]: plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow. Each hands
  * the debug mode its family, the sized forms their size too, which it checks against the
  * block's (fastpath.h's cm_free_as). */
 static const char delete_name[] = "operator delete", delete_array_name[] = "operator delete[]";
+static CM_ALWAYS_INLINE void delete_block(void *p, size_t size, cm_family family)
+{
+    cm_free_as(p, size, family, family == CM_BY_NEW ? delete_name : delete_array_name, delete_slow);
+}
+static CM_ALWAYS_INLINE void delete_aligned_block(void *p, size_t size, cm_family family)
+{
+    cm_free_as(p, size, family, family == CM_BY_NEW ? delete_name : delete_array_name,
+               cm_free_slow);
+}
 CM_DELETE(_ZdlPv, void *p)
 {
-    cm_free_as(p, CM_UNSIZED, CM_BY_NEW, delete_name);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPv, void *p)
 {
-    cm_free_as(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_array_name);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    cm_free_as(p, CM_UNSIZED, CM_BY_NEW, delete_name);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    cm_free_as(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_array_name);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvm, void *p, size_t size)
 {
-    cm_free_as(p, size, CM_BY_NEW, delete_name);
+    delete_block(p, size, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvm, void *p, size_t size)
 {
-    cm_free_as(p, size, CM_BY_NEW_ARRAY, delete_array_name);
+    delete_block(p, size, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment)
 {
     (void)alignment;
-    cm_free_as(p, CM_UNSIZED, CM_BY_NEW, delete_name);
+    delete_aligned_block(p, CM_UNSIZED, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment)
 {
     (void)alignment;
-    cm_free_as(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_array_name);
+    delete_aligned_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
     (void)alignment;
-    cm_free_as(p, size, CM_BY_NEW, delete_name);
+    delete_aligned_block(p, size, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
     (void)alignment;
-    cm_free_as(p, size, CM_BY_NEW_ARRAY, delete_array_name);
+    delete_aligned_block(p, size, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
     (void)alignment;
     (void)tag;
-    cm_free_as(p, CM_UNSIZED, CM_BY_NEW, delete_name);
+    delete_aligned_block(p, CM_UNSIZED, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
     (void)alignment;
     (void)tag;
-    cm_free_as(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_array_name);
+    delete_aligned_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
 }
 #endif /* CM_PREFIX */

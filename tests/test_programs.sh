@@ -17,9 +17,11 @@
 # delete against the block's family and each sized delete against the size requested, and
 # there a delete through a base class without a virtual destructor, a free of new's block, a
 # delete of new[]'s and a delete[] of new's must be reported (a delete of malloc's block is
-# not: a program's own operator new may take its memory from malloc). A program that is
-# missing is skipped with a notice; the test fails when none ran. Exits non-zero on any
-# failure, after printing which.
+# not: a program's own operator new may take its memory from malloc). A program with its own
+# operator new and delete over an arena of its own runs as it does without cmalloc (cmalloc's
+# sized deletes hand the arena's blocks to its deletes). A program that is missing is skipped
+# with a notice; the test fails when none ran. Exits non-zero on any failure, after printing
+# which.
 set -u
 
 top=$(pwd)
@@ -486,6 +488,51 @@ EOF
                     "$(sed -n 1p "$tmp/misuse.err")"
             fi
         }
+        # A program with its own operator new and delete (unsized, and the array forms) over an
+        # arena of its own: C++'s sized deletes, which the compiler calls for `delete p`, are
+        # cmalloc's under LD_PRELOAD and must hand the arena's blocks to the program's deletes,
+        # as libstdc++'s defaults do (cmalloc reported them as invalid pointers at fea04e2).
+        cat >"$tmp/own_new.cc" <<'EOF'
+#include <cstdio>
+#include <new>
+#include <string>
+#include <vector>
+static char arena[1 << 24];
+static std::size_t used;
+static long live, live_arrays;
+static void *bump(std::size_t n)
+{
+    n = (n + 15) & ~static_cast<std::size_t>(15);
+    if (used + n > sizeof arena)
+        throw std::bad_alloc();
+    used += n;
+    return arena + used - n;
+}
+void *operator new(std::size_t n) { return live++, bump(n); }
+void operator delete(void *p) noexcept { live -= p != nullptr; }
+void *operator new[](std::size_t n) { return live_arrays++, bump(n); }
+void operator delete[](void *p) noexcept { live_arrays -= p != nullptr; }
+struct Node { int v; Node *next; };
+struct Named { std::string name; ~Named() {} };
+template <class T> static T *opaque(T *p) { __asm__ volatile("" : "+r"(p)); return p; }
+int main()
+{
+    delete opaque(new Node{1, nullptr});     // operator delete(void *, size_t)
+    delete[] opaque(new Named[3]);            // operator delete[](void *, size_t)
+    delete opaque(new (std::nothrow) Node{}); // nothrow new, sized delete
+    std::vector<std::string> v(100, std::string(50, 'x'));
+    v.clear();
+    v.shrink_to_fit();
+    std::printf("live %ld, arrays %ld\n", live, live_arrays);
+    return 0;
+}
+EOF
+        if g++ -std=c++17 -O1 -o "$tmp/own_new" "$tmp/own_new.cc" 2>"$tmp/own-new-build.err"; then
+            check own-new-delete "$tmp/own_new"
+            check own-new-delete-checked env CMALLOC_CHECK=1 "$tmp/own_new"
+        else
+            fail "own-new-delete: g++ cannot build it: $(sed -n 1p "$tmp/own-new-build.err")"
+        fi
         if g++ -std=c++17 -O1 -o "$tmp/misuse" "$tmp/misuse.cc" 2>"$tmp/misuse-build.err"; then
             address="0x[0-9a-f]*"
             misuse base-delete \
