@@ -4,9 +4,16 @@
  *   raw object (any class or span):
  *   | link 8 | state 8 | requested 8 | stack 4 | family 4 | user data: requested bytes | canary |
  *   ^ raw                                       ^ pointer handed out (raw + 32, 16-aligned)
+ *   an aligned request (alignment A above 16 bytes; the object aligned to A, of A + request + 1
+ *   bytes at least):
+ *   | A - 32 bytes | pad 8 | state 8 | requested 8 | stack 4 | family 4 | user data | canary |
+ *   ^ the object's start                                     ^ pointer handed out (+ A)
+ *   Either way the header is the 32 bytes before the pointer; its first word, the link of the
+ *   allocator's free list once the object is released, holds pad (the bytes before the
+ *   header: 0, or A - 32) while the block is the program's or in the quarantine.
  *
- *   state       keyed by address: ALLOCATED or FREED (a random key, so program data is never
- *               mistaken for it)
+ *   state       keyed by the header's address: ALLOCATED or FREED (a random key, so program
+ *               data is never mistaken for it)
  *   canary      every byte after the user data to the end of the raw object (>= 1 byte),
  *               checked at free: a write past the request is reported as an overflow
  *   freed data  filled with FREE_FILL; objects wait in a FIFO quarantine (CM_QUARANTINE_OBJECTS,
@@ -27,8 +34,6 @@
  * quarantined are checked once, so a write to one is reported even though it never left.
  * Thread caches are bypassed (thread_cache.c gives no cache in this mode), so every call takes
  * the slow paths; the cost is several times the normal one.
- * Aligned requests above 16 bytes are served unchecked (no header): their pointers are object
- * starts, which free tells apart from checked pointers.
  * Lock: quarantine_lock, taken alone (the frees it makes happen after releasing it).
  */
 #include "internal.h"
@@ -41,7 +46,7 @@
 #define CANARY    0xca
 
 typedef struct check_header {
-    uintptr_t link;  /* the free-list link while free */
+    uintptr_t pad;   /* the object's bytes before the header; its free-list link once released */
     uintptr_t state; /* state_word(ALLOCATED / FREED, raw) */
     size_t requested;
     uint32_t stack;  /* where it was allocated: an id in prof.c's stack table, 0: none */
@@ -115,28 +120,32 @@ static CM_COLD void report(const char *what, const void *p, size_t detail, const
     cm_report_finish(&m);
 }
 
-/* raw is a block the debug mode took from the allocator beneath: never a bad pointer, so the
- * caller named for a report is never printed. */
-static size_t raw_size(const check_header *raw)
+/* The start of the object that holds raw's block, which the allocator beneath handed out. */
+static void *object_of(const check_header *raw)
 {
-    return cm_usable_size_unchecked(raw, "free");
+    return (char *)raw - raw->pad;
 }
 
-void *cm_check_alloc(size_t size, cm_family family)
+/* The bytes from raw's header to the end of its object. The object is the debug mode's, from
+ * the allocator beneath: never a bad pointer, so the caller named for a report is never
+ * printed. */
+static size_t raw_size(const check_header *raw)
 {
-    if (size > CM_REQUEST_MAX)
-        return NULL;
-    size += size == 0; /* malloc(0) has one usable byte, as programs expect a positive size */
-    check_header *raw = cm_alloc_unchecked(size + HEADER + 1);
-    if (raw == NULL)
-        return NULL;
+    return cm_usable_size_unchecked(object_of(raw), "free") - raw->pad;
+}
+
+/* Makes the block of size bytes whose header starts pad bytes into object. */
+static void *make_block(void *object, size_t pad, size_t size, cm_family family, uintptr_t caller)
+{
+    check_header *raw = (check_header *)((char *)object + pad);
+    raw->pad = pad;
     raw->state = state_word(ALLOCATED, raw);
     raw->requested = size;
     raw->family = family;
     raw->stack = 0;
     if (capture_stack != NULL && !in_capture) {
         in_capture = true;
-        raw->stack = capture_stack((uintptr_t)__builtin_return_address(0));
+        raw->stack = capture_stack(caller);
         in_capture = false;
     }
     unsigned char *user = (unsigned char *)raw + HEADER;
@@ -145,16 +154,60 @@ void *cm_check_alloc(size_t size, cm_family family)
     return user;
 }
 
-/* The checked allocation that p was handed out as, or NULL when p is not one. */
+void *cm_check_alloc(size_t size, cm_family family)
+{
+    if (size > CM_REQUEST_MAX)
+        return NULL;
+    size += size == 0; /* malloc(0) has one usable byte, as programs expect a positive size */
+    void *object = cm_alloc_unchecked(size + HEADER + 1);
+    return object ? make_block(object, 0, size, family, (uintptr_t)__builtin_return_address(0))
+                  : NULL;
+}
+
+/* alignment: a power of two above CM_ALIGNMENT (so at least HEADER): the object is aligned to
+ * it and the block starts alignment bytes in, its header just before. */
+void *cm_check_alloc_aligned(size_t alignment, size_t size)
+{
+    if (alignment >= CM_REQUEST_MAX || size >= CM_REQUEST_MAX - alignment)
+        return NULL;
+    size += size == 0;
+    void *object = cm_alloc_aligned_unchecked(alignment, alignment + size + 1);
+    return object ? make_block(object, alignment - HEADER, size, CM_BY_MALLOC,
+                               (uintptr_t)__builtin_return_address(0))
+                  : NULL;
+}
+
+/* raw, if it heads a checked block pad bytes into its object. */
+static check_header *block_at(check_header *raw, size_t pad)
+{
+    return raw->pad == pad && (raw->state == state_word(ALLOCATED, raw) ||
+                               raw->state == state_word(FREED, raw))
+               ? raw
+               : NULL;
+}
+
+/* The checked allocation that p was handed out as, or NULL when p is not one. A checked
+ * pointer is never an object start (its object holds a header before it); an unchecked one
+ * always is, and the object before it must not be mistaken for its header. A header is read
+ * only inside an object that reaches past it: an aligned block's object starts A bytes before
+ * the pointer, A a power of two the pointer has (the pages in between may be a large span's
+ * inner pages, which the pagemap does not name), so those are tried from 64 up. */
 static check_header *header_of(const void *p)
 {
-    /* A checked pointer is never an object start (raw objects are > HEADER bytes); an
-     * unchecked one always is, and the object before it must not be mistaken for its header. */
     check_header *raw = (check_header *)((uintptr_t)p - HEADER);
-    if ((uintptr_t)p < HEADER || cm_is_object_start(p) || !cm_is_object_start(raw))
+    if ((uintptr_t)p < HEADER || cm_is_object_start(p))
         return NULL;
-    return raw->state == state_word(ALLOCATED, raw) || raw->state == state_word(FREED, raw) ? raw
-                                                                                            : NULL;
+    if (cm_is_object_start(raw))
+        return block_at(raw, 0);
+    for (uintptr_t a = 2 * HEADER; a != 0 && a <= (uintptr_t)p && ((uintptr_t)p & (a - 1)) == 0;
+         a <<= 1) {
+        const char *object = (const char *)p - a;
+        check_header *found;
+        if (cm_is_object_start(object) && cm_usable_size_unchecked(object, "free") > a &&
+            (found = block_at(raw, a - HEADER)) != NULL)
+            return found;
+    }
+    return NULL;
 }
 
 /* Where the first byte written since raw was freed is, or SIZE_MAX when none was. */
@@ -185,7 +238,7 @@ static void release_from_quarantine(check_header *raw, uintptr_t boundary)
         report_write_after_free(raw, offset, boundary);
         return; /* leaked: its memory is suspect */
     }
-    cm_free_unchecked(raw, "free");
+    cm_free_unchecked(object_of(raw), "free");
 }
 
 /* Whether nothing was written past the request; reports the overflow when something was. */

@@ -7,12 +7,12 @@
 
 #include <string.h>
 
-/* alignment: a power of two. Aligned blocks above CM_ALIGNMENT are served unchecked and
- * unsampled (check.c's header would break their alignment). Up to a page, one with a class
- * pops its list as malloc's fast path does (class 0, whose list is always empty, while the
- * sampler or the debug mode sends allocations to the slow path, or before init): through
- * alloc.c's slow path, which fills the list, posix_memalign(64, 100) and free took 223
- * instructions at 8d8bfbd, 128 now (tests/test_fastpath_budget.sh). */
+/* alignment: a power of two. Aligned blocks above CM_ALIGNMENT are served unsampled, and in
+ * the debug mode with their header inside an object aligned for them (check.c). Up to a page,
+ * one with a class pops its list as malloc's fast path does (class 0, whose list is always
+ * empty, while the sampler or the debug mode sends allocations to the slow path, or before
+ * init): through alloc.c's slow path, which fills the list, posix_memalign(64, 100) and free
+ * took 223 instructions at 8d8bfbd, 128 now (tests/test_fastpath_budget.sh). */
 void *cm_alloc_aligned(size_t alignment, size_t size)
 {
     if (alignment <= CM_ALIGNMENT)
@@ -28,6 +28,10 @@ void *cm_alloc_aligned(size_t alignment, size_t size)
     }
     if (CM_UNLIKELY(!cm_is_initialized()))
         cm_init();
+    if (CM_UNLIKELY(cm_option.check)) {
+        void *p = cm_check_alloc_aligned(alignment, size);
+        return p ? p : cm_out_of_memory();
+    }
     return cm_alloc_aligned_unchecked(alignment, size);
 }
 

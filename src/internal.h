@@ -318,6 +318,7 @@ typedef void (*cm_caller_printer)(uintptr_t boundary, int fd);
 void cm_check_init(cm_stack_capture capture, cm_stack_printer print_stack,
                    cm_caller_printer print_caller);
 void *cm_check_alloc(size_t size, cm_family family);
+void *cm_check_alloc_aligned(size_t alignment, size_t size);
 bool cm_check_free(void *p, size_t size, cm_family family, const char *caller);
 bool cm_check_shrink(void *p, size_t size);
 bool cm_check_usable_size(const void *p, size_t *size);
@@ -356,7 +357,7 @@ void cm_prof_fork(int phase);
 /* api.c: the entry points' slow paths, where a call's mode is decided (fastpath.h calls in) */
 void *cm_alloc_slow_by(size_t size, cm_family family);
 void *cm_alloc_slow(size_t size); /* cm_alloc_slow_by for the malloc family */
-#define CM_UNSIZED SIZE_MAX /* the size of a free that was told none */
+#define CM_UNSIZED SIZE_MAX       /* the size of a free that was told none */
 void cm_free_slow(void *p, size_t size, cm_family family, const char *caller);
 void cm_free_list_full(void *p);
 size_t cm_usable_size(const void *p, const char *caller);

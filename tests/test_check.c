@@ -9,6 +9,10 @@
  *   zero_size_and_shrink_in_place malloc(0) has a usable byte; realloc within the usable size
  *                                 keeps the block
  *   shrink_keeps_the_canary       an overflow past the new end of a shrunk block is reported
+ *   aligned_blocks_are_checked    posix_memalign, aligned_alloc and memalign at alignments of
+ *                                 32 B to 4 MiB: aligned, usable size the request, realloc
+ *                                 keeps them; an overflow past one (64 B and 1 MiB aligned)
+ *                                 and a double free are reported
  *   sized_frees_are_checked       free_sized told the size requested frees the block (also
  *                                 after calloc, malloc(0) and a realloc that kept it); told
  *                                 another, smaller or larger, it aborts with the report (C++'s
@@ -96,6 +100,32 @@ static void free_sized_larger(void)
     free_sized(p, 121);
 }
 
+static void overflow_aligned(size_t alignment)
+{
+    char *p = aligned_alloc(alignment, 100);
+    announce(p);
+    ((volatile char *)p)[100] = 'x';
+    free(p);
+}
+static void overflow_aligned_64(void)
+{
+    overflow_aligned(64);
+}
+static void overflow_aligned_1m(void)
+{
+    overflow_aligned(1 << 20);
+}
+
+static void double_free_aligned(void)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, 300) != 0)
+        _exit(90);
+    announce(p);
+    free(p);
+    free(p);
+}
+
 static void reports_errors(void **state)
 {
     (void)state;
@@ -136,6 +166,34 @@ static void normal_use_works(void **state)
     for (int i = 0; i < 3000; i++)
         free(objects[i]);
     assert_true(cm_heap_check());
+}
+
+static void aligned_blocks_are_checked(void **state)
+{
+    (void)state;
+    for (size_t a = 32; a <= ((size_t)4 << 20); a *= 2) {
+        void *p = NULL;
+        assert_int_equal(posix_memalign(&p, a, 100), 0);
+        assert_int_equal((uintptr_t)p % a, 0);
+        assert_int_equal(malloc_usable_size(p), 100); /* the request: the rest is canary */
+        memset(p, 'c', 100);
+        assert_ptr_equal(realloc(p, 60), p);
+        assert_int_equal(malloc_usable_size(p), 60);
+        free(p);
+        char *q = aligned_alloc(a, 3 * a);
+        assert_int_equal((uintptr_t)q % a, 0);
+        memset(q, 'd', 3 * a);
+        free(q);
+        q = memalign(a, 0);
+        assert_true(malloc_usable_size(q) > 0);
+        free(q);
+    }
+    assert_true(cm_heap_check());
+    expect_abort(overflow_aligned_64, "cmalloc: heap buffer overflow past the block at %p (100 "
+                                      "bytes requested); aborting\n");
+    expect_abort(overflow_aligned_1m, "cmalloc: heap buffer overflow past the block at %p (100 "
+                                      "bytes requested); aborting\n");
+    expect_abort(double_free_aligned, "cmalloc: double free %p in free(); aborting\n");
 }
 
 static void sized_frees_are_checked(void **state)
@@ -291,6 +349,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(normal_use_works),
         cmocka_unit_test(zero_size_and_shrink_in_place),
         cmocka_unit_test(shrink_keeps_the_canary),
+        cmocka_unit_test(aligned_blocks_are_checked),
         cmocka_unit_test(sized_frees_are_checked),
         cmocka_unit_test(a_child_may_free_again_the_latest_free_of_a_thread_left_behind),
     };
