@@ -1,18 +1,21 @@
-/* new_handler.cc - the one piece of C++ in cmalloc: calling the program's new-handler from the
- * nothrow forms of operator new, which must return NULL when the handler throws (the standard
- * has them behave as if they called the throwing form inside a try block), and may not let
- * the exception out: their callers are compiled as noexcept, so an escaping bad_alloc ends
- * the program in std::terminate.
+/* new_handler.cc - the one piece of C++ in cmalloc: calling the program's new-handler, or its
+ * own operator new, from the nothrow forms of operator new, which must return NULL when that
+ * throws (the standard has them behave as if they called the throwing form inside a try
+ * block), and may not let the exception out: their callers are compiled as noexcept, so an
+ * escaping bad_alloc ends the program in std::terminate.
  *
  * The C++ runtime symbols this needs (__gxx_personality_v0, __cxa_begin_catch,
  * __cxa_end_catch) are made weak when the object is built (Makefile: objcopy), so a C program
  * loads libcmalloc without libstdc++; they are only reached when a handler throws, which only
  * a C++ program with its runtime loaded can do.
  */
+#include <stddef.h>
+
 extern "C" {
 #pragma GCC visibility push(hidden)
 typedef void (*cm_new_handler)(void);
 bool cm_call_new_handler_nothrow(cm_new_handler handler);
+void *cm_call_new_nothrow(void *(*new_fn)(size_t), size_t size);
 #pragma GCC visibility pop
 }
 
@@ -24,5 +27,16 @@ bool cm_call_new_handler_nothrow(cm_new_handler handler)
         return true;
     } catch (...) {
         return false;
+    }
+}
+
+/* new_fn(size), a program's own operator new, or NULL when it throws: the nothrow news'
+ * default (operator_new.c). */
+void *cm_call_new_nothrow(void *(*new_fn)(size_t), size_t size)
+{
+    try {
+        return new_fn(size);
+    } catch (...) {
+        return nullptr;
     }
 }

@@ -65,8 +65,8 @@ static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow, cm_
     }
 }
 
-/* family: CM_BY_NEW or CM_BY_NEW_ARRAY, the delete that must free it (for the debug mode,
- * which serves aligned requests above CM_ALIGNMENT unchecked). */
+/* family: CM_BY_NEW or CM_BY_NEW_ARRAY, the delete that must free it, for the debug mode
+ * (aligned requests above CM_ALIGNMENT go through cm_alloc_aligned, as the malloc family's). */
 static inline void *new_object(size_t size, size_t alignment, bool nothrow, cm_family family)
 {
     void *p =
@@ -81,6 +81,30 @@ static inline void *new_object(size_t size, size_t alignment, bool nothrow, cm_f
     CM_EXPORT void name(__VA_ARGS__); \
     CM_EXPORT void name(__VA_ARGS__)
 
+/* ---- a program's own operator new ------------------------------------------------------------
+ * C++'s default new[] calls the program's operator new(size_t) when it has its own, and the
+ * nothrow forms its new or new[], returning NULL for what that throws: libstdc++'s do, and
+ * under LD_PRELOAD cmalloc's are those defaults. Otherwise a program with its own new (over an
+ * arena, say) and delete had its nothrow blocks from cmalloc deleted by its own delete. The
+ * test is a load of the GOT beside each of these calls; plain new pays nothing. */
+typedef void *(*cm_new_fn)(size_t size);
+void *_Znwm(size_t size);
+void *_Znam(size_t size);
+void *cm_call_new_nothrow(cm_new_fn new_fn, size_t size); /* new_handler.cc */
+/* cmalloc's own definitions, under names no program takes (as for delete, below) */
+extern void *cm_own_new(size_t size) __attribute__((alias("_Znwm"), visibility("hidden")));
+extern void *cm_own_new_array(size_t size) __attribute__((alias("_Znam"), visibility("hidden")));
+
+/* The program's own new for family's blocks, or NULL when it has none. */
+static cm_new_fn program_new(cm_family family)
+{
+    cm_new_fn bound = _Znam;
+    if (family == CM_BY_NEW_ARRAY && bound != cm_own_new_array)
+        return bound;
+    bound = _Znwm;
+    return bound != cm_own_new ? bound : NULL;
+}
+
 /* new(size), new[](size), and their nothrow forms */
 CM_NEW(_Znwm, size_t size)
 {
@@ -88,17 +112,23 @@ CM_NEW(_Znwm, size_t size)
 }
 CM_NEW(_Znam, size_t size)
 {
-    return new_object(size, 0, false, CM_BY_NEW_ARRAY);
+    cm_new_fn program = program_new(CM_BY_NEW);
+    return CM_UNLIKELY(program != NULL) ? program(size)
+                                        : new_object(size, 0, false, CM_BY_NEW_ARRAY);
 }
 CM_NEW(_ZnwmRKSt9nothrow_t, size_t size, const void *tag)
 {
     (void)tag;
-    return new_object(size, 0, true, CM_BY_NEW);
+    cm_new_fn program = program_new(CM_BY_NEW);
+    return CM_UNLIKELY(program != NULL) ? cm_call_new_nothrow(program, size)
+                                        : new_object(size, 0, true, CM_BY_NEW);
 }
 CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag)
 {
     (void)tag;
-    return new_object(size, 0, true, CM_BY_NEW_ARRAY);
+    cm_new_fn program = program_new(CM_BY_NEW_ARRAY);
+    return CM_UNLIKELY(program != NULL) ? cm_call_new_nothrow(program, size)
+                                        : new_object(size, 0, true, CM_BY_NEW_ARRAY);
 }
 /* new(size, align_val_t), new[](size, align_val_t), and their nothrow forms. An alignment
  * that is not a power of two (0 included) is refused at once, as libstdc++ does: bad_alloc
@@ -140,8 +170,8 @@ CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const 
 typedef void (*cm_delete_fn)(void *p);
 void _ZdlPv(void *p);
 void _ZdaPv(void *p);
-/* cmalloc's own definitions, under names no program takes: _ZdlPv and _ZdaPv, read through
- * the GOT, are whichever definitions the program binds to. */
+/* cmalloc's own definitions, under names no program takes: _ZdlPv and _ZdaPv (as _Znwm and
+ * _Znam above), read through the GOT, are whichever definitions the program binds to. */
 extern void cm_own_delete(void *p) __attribute__((alias("_ZdlPv"), visibility("hidden")));
 extern void cm_own_delete_array(void *p) __attribute__((alias("_ZdaPv"), visibility("hidden")));
 

@@ -17,9 +17,10 @@
 # delete against the block's family and each sized delete against the size requested, and
 # there a delete through a base class without a virtual destructor, a free of new's block, a
 # delete of new[]'s and a delete[] of new's must be reported (a delete of malloc's block is
-# not: a program's own operator new may take its memory from malloc). A program with its own
-# operator new and delete over an arena of its own runs as it does without cmalloc (cmalloc's
-# sized deletes hand the arena's blocks to its deletes). A program that is missing is skipped
+# not: a program's own operator new may take its memory from malloc). Programs with their own
+# operator new and delete over an arena of their own run as they do without cmalloc (cmalloc's
+# sized and array deletes hand the arena's blocks to their deletes, its new[] and nothrow news
+# call their new). A program that is missing is skipped
 # with a notice; the test fails when none ran. Exits non-zero on any failure, after printing
 # which.
 set -u
@@ -532,6 +533,56 @@ EOF
             check own-new-delete-checked env CMALLOC_CHECK=1 "$tmp/own_new"
         else
             fail "own-new-delete: g++ cannot build it: $(sed -n 1p "$tmp/own-new-build.err")"
+        fi
+        # One with its own operator new and delete only: C++'s default new[] and nothrow news
+        # must call its new (the nothrow forms NULL for what it throws), and delete[] its delete.
+        cat >"$tmp/own_scalar_new.cc" <<'EOF'
+#include <cstdio>
+#include <new>
+#include <string>
+static char arena[1 << 24];
+static std::size_t used;
+static long live;
+static bool in_arena(const void *p)
+{
+    const char *c = static_cast<const char *>(p);
+    return c >= arena && c < arena + sizeof arena;
+}
+void *operator new(std::size_t n)
+{
+    n = (n + 15) & ~static_cast<std::size_t>(15);
+    if (used + n > sizeof arena)
+        throw std::bad_alloc();
+    used += n;
+    live++;
+    return arena + used - n;
+}
+void operator delete(void *p) noexcept { live -= p != nullptr; }
+struct Named { std::string name; ~Named() {} };
+template <class T> static T *opaque(T *p) { __asm__ volatile("" : "+r"(p)); return p; }
+int main()
+{
+    int *ints = opaque(new int[8]);
+    Named *named = opaque(new Named[3]);
+    int *one = opaque(new (std::nothrow) int(1));
+    int *more = opaque(new (std::nothrow) int[4]);
+    char *huge = new (std::nothrow) char[sizeof arena]; // the arena throws: NULL
+    std::printf("from the arena: %d %d %d %d, huge %s\n", in_arena(ints), in_arena(named),
+                in_arena(one), in_arena(more), huge ? "non-null" : "null");
+    delete[] ints;
+    delete[] named;
+    ::operator delete(one, std::nothrow);
+    delete[] more;
+    std::printf("live %ld\n", live);
+    return 0;
+}
+EOF
+        if g++ -std=c++17 -O1 -o "$tmp/own_scalar_new" "$tmp/own_scalar_new.cc" \
+            2>"$tmp/own-scalar-build.err"; then
+            check own-scalar-new "$tmp/own_scalar_new"
+            check own-scalar-new-checked env CMALLOC_CHECK=1 "$tmp/own_scalar_new"
+        else
+            fail "own-scalar-new: g++ cannot build it: $(sed -n 1p "$tmp/own-scalar-build.err")"
         fi
         if g++ -std=c++17 -O1 -o "$tmp/misuse" "$tmp/misuse.cc" 2>"$tmp/misuse-build.err"; then
             address="0x[0-9a-f]*"
