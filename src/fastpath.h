@@ -111,11 +111,13 @@ static inline void *cm_alloc(size_t size)
  * would add its jump to every free. size: what a sized free (a sized operator delete, C23's
  * free_sized) was told, or CM_UNSIZED; family: the calls the free is of (internal.h); caller:
  * the call a report names. None is read on the fast path: the debug mode's blocks all take the
- * slow path, where it checks the size and the family. slow: api.c's cm_free_slow, or a path of
- * the entry point's own in front of it (operator_new.c's). */
+ * slow path, where it checks the size and the family. fit: a size the block's class must hold
+ * for the fast path to take it (free_sized's; 0, a constant the test folds away, for the
+ * others). slow: api.c's cm_free_slow, or a path of the entry point's own in front of it
+ * (operator_new.c's, compound.c's). */
 typedef void (*cm_free_slow_path)(void *p, size_t size, cm_family family, const char *caller);
-static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, cm_family family, const char *caller,
-                                        cm_free_slow_path slow)
+static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, size_t fit, cm_family family,
+                                        const char *caller, cm_free_slow_path slow)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of(p);
     cm_thread_cache *cache = cm_thread_cache_current;
@@ -128,7 +130,7 @@ static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, cm_family family, 
         cm_free_list *list = &cache->lists[size_class];
         uintptr_t mark = cm_free_mark(p);
         if (CM_LIKELY(offset * list->start_magic < list->start_limit &&
-                      ((uintptr_t *)p)[1] != mark)) {
+                      ((uintptr_t *)p)[1] != mark && cm_classes[size_class].size >= fit)) {
             if (CM_LIKELY(--list->room >= 0)) {
                 cm_free_list_push(list, p, mark);
                 return;
@@ -149,7 +151,7 @@ static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, cm_family family, 
 
 static CM_ALWAYS_INLINE void cm_free(void *p)
 {
-    cm_free_as(p, CM_UNSIZED, CM_BY_MALLOC, "free", cm_free_slow);
+    cm_free_as(p, CM_UNSIZED, 0, CM_BY_MALLOC, "free", cm_free_slow);
 }
 
 /* The class of p if it starts an object of a SMALL span and carries no free mark, tested as

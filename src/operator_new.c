@@ -202,11 +202,12 @@ static void delete_slow(void *p, size_t size, cm_family family, const char *name
 static const char delete_name[] = "operator delete", delete_array_name[] = "operator delete[]";
 static CM_ALWAYS_INLINE void delete_block(void *p, size_t size, cm_family family)
 {
-    cm_free_as(p, size, family, family == CM_BY_NEW ? delete_name : delete_array_name, delete_slow);
+    cm_free_as(p, size, 0, family, family == CM_BY_NEW ? delete_name : delete_array_name,
+               delete_slow);
 }
 static CM_ALWAYS_INLINE void delete_aligned_block(void *p, size_t size, cm_family family)
 {
-    cm_free_as(p, size, family, family == CM_BY_NEW ? delete_name : delete_array_name,
+    cm_free_as(p, size, 0, family, family == CM_BY_NEW ? delete_name : delete_array_name,
                cm_free_slow);
 }
 CM_DELETE(_ZdlPv, void *p)
