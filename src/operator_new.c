@@ -95,14 +95,23 @@ void *cm_call_new_nothrow(cm_new_fn new_fn, size_t size); /* new_handler.cc */
 extern void *cm_own_new(size_t size) __attribute__((alias("_Znwm"), visibility("hidden")));
 extern void *cm_own_new_array(size_t size) __attribute__((alias("_Znam"), visibility("hidden")));
 
+/* Of an operator's array form and its plain one, each as the program binds it (read through
+ * the GOT) and as cmalloc defines it, the program's own that family's blocks go to: the array
+ * form's for new[]'s, else the plain one's; NULL when the program has neither. */
+typedef void (*cm_operator)(void);
+static cm_operator program_operator(cm_family family, cm_operator array_bound,
+                                    cm_operator array_own, cm_operator bound, cm_operator own)
+{
+    if (family == CM_BY_NEW_ARRAY && array_bound != array_own)
+        return array_bound;
+    return bound != own ? bound : NULL;
+}
+
 /* The program's own new for family's blocks, or NULL when it has none. */
 static cm_new_fn program_new(cm_family family)
 {
-    cm_new_fn bound = _Znam;
-    if (family == CM_BY_NEW_ARRAY && bound != cm_own_new_array)
-        return bound;
-    bound = _Znwm;
-    return bound != cm_own_new ? bound : NULL;
+    return (cm_new_fn)program_operator(family, (cm_operator)_Znam, (cm_operator)cm_own_new_array,
+                                       (cm_operator)_Znwm, (cm_operator)cm_own_new);
 }
 
 /* new(size), new[](size), and their nothrow forms */
@@ -178,11 +187,9 @@ extern void cm_own_delete_array(void *p) __attribute__((alias("_ZdaPv"), visibil
 /* The program's own delete for family's blocks, or NULL when it has none. */
 static cm_delete_fn program_delete(cm_family family)
 {
-    cm_delete_fn bound = _ZdaPv;
-    if (family == CM_BY_NEW_ARRAY && bound != cm_own_delete_array)
-        return bound;
-    bound = _ZdlPv;
-    return bound != cm_own_delete ? bound : NULL;
+    return (cm_delete_fn)program_operator(family, (cm_operator)_ZdaPv,
+                                          (cm_operator)cm_own_delete_array, (cm_operator)_ZdlPv,
+                                          (cm_operator)cm_own_delete);
 }
 
 static void delete_slow(void *p, size_t size, cm_family family, const char *name)
