@@ -166,13 +166,13 @@ void *cm_check_alloc(size_t size, cm_family family)
 
 /* alignment: a power of two above CM_ALIGNMENT (so at least HEADER): the object is aligned to
  * it and the block starts alignment bytes in, its header just before. */
-void *cm_check_alloc_aligned(size_t alignment, size_t size)
+void *cm_check_alloc_aligned(size_t alignment, size_t size, cm_family family)
 {
     if (alignment >= CM_REQUEST_MAX || size >= CM_REQUEST_MAX - alignment)
         return NULL;
     size += size == 0;
     void *object = cm_alloc_aligned_unchecked(alignment, alignment + size + 1);
-    return object ? make_block(object, alignment - HEADER, size, CM_BY_MALLOC,
+    return object ? make_block(object, alignment - HEADER, size, family,
                                (uintptr_t)__builtin_return_address(0))
                   : NULL;
 }

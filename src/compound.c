@@ -12,11 +12,12 @@
  * one with a class pops its list as malloc's fast path does (class 0, whose list is always
  * empty, while the sampler or the debug mode sends allocations to the slow path, or before
  * init): through alloc.c's slow path, which fills the list, posix_memalign(64, 100) and free
- * took 223 instructions at 8d8bfbd, 128 now (tests/test_fastpath_budget.sh). */
-void *cm_alloc_aligned(size_t alignment, size_t size)
+ * took 223 instructions at 8d8bfbd, 128 now (tests/test_fastpath_budget.sh). family: the calls
+ * that must free the block (internal.h), for the debug mode. */
+static CM_ALWAYS_INLINE void *alloc_aligned(size_t alignment, size_t size, cm_family family)
 {
     if (alignment <= CM_ALIGNMENT)
-        return cm_alloc(size);
+        return cm_alloc_by(size, family);
     size_t size_class;
     if (alignment <= CM_PAGE_SIZE &&
         cm_class_lookup_in(cm_fast_path_classes, size < alignment ? alignment : size,
@@ -29,10 +30,20 @@ void *cm_alloc_aligned(size_t alignment, size_t size)
     if (CM_UNLIKELY(!cm_is_initialized()))
         cm_init();
     if (CM_UNLIKELY(cm_option.check)) {
-        void *p = cm_check_alloc_aligned(alignment, size);
+        void *p = cm_check_alloc_aligned(alignment, size, family);
         return p ? p : cm_out_of_memory();
     }
     return cm_alloc_aligned_unchecked(alignment, size);
+}
+
+void *cm_alloc_aligned(size_t alignment, size_t size)
+{
+    return alloc_aligned(alignment, size, CM_BY_MALLOC);
+}
+
+void *cm_alloc_aligned_by(size_t alignment, size_t size, cm_family family)
+{
+    return alloc_aligned(alignment, size, family);
 }
 
 void *cm_calloc(size_t count, size_t size)

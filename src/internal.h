@@ -318,7 +318,7 @@ typedef void (*cm_caller_printer)(uintptr_t boundary, int fd);
 void cm_check_init(cm_stack_capture capture, cm_stack_printer print_stack,
                    cm_caller_printer print_caller);
 void *cm_check_alloc(size_t size, cm_family family);
-void *cm_check_alloc_aligned(size_t alignment, size_t size);
+void *cm_check_alloc_aligned(size_t alignment, size_t size, cm_family family);
 bool cm_check_free(void *p, size_t size, cm_family family, const char *caller);
 bool cm_check_shrink(void *p, size_t size);
 bool cm_check_usable_size(const void *p, size_t *size);
@@ -384,6 +384,7 @@ static inline bool cm_is_initialized(void) /* acquire: options and tables are vi
 
 /* compound.c: the calls made of others, on the fast paths */
 void *cm_alloc_aligned(size_t alignment, size_t size);
+void *cm_alloc_aligned_by(size_t alignment, size_t size, cm_family family); /* new's */
 void *cm_calloc(size_t count, size_t size);
 void *cm_realloc(void *p, size_t size);
 size_t cm_malloc_usable_size(const void *p);

@@ -59,18 +59,17 @@ static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow, cm_
         else if (!cm_call_new_handler_nothrow(handler))
             return NULL;
         void *p = alignment <= CM_ALIGNMENT ? cm_alloc_by(size, family)
-                                            : cm_alloc_aligned(alignment, size);
+                                            : cm_alloc_aligned_by(alignment, size, family);
         if (p != NULL)
             return p;
     }
 }
 
-/* family: CM_BY_NEW or CM_BY_NEW_ARRAY, the delete that must free it, for the debug mode
- * (aligned requests above CM_ALIGNMENT go through cm_alloc_aligned, as the malloc family's). */
+/* family: CM_BY_NEW or CM_BY_NEW_ARRAY, the delete that must free it, for the debug mode. */
 static inline void *new_object(size_t size, size_t alignment, bool nothrow, cm_family family)
 {
-    void *p =
-        alignment <= CM_ALIGNMENT ? cm_alloc_by(size, family) : cm_alloc_aligned(alignment, size);
+    void *p = alignment <= CM_ALIGNMENT ? cm_alloc_by(size, family)
+                                        : cm_alloc_aligned_by(alignment, size, family);
     return CM_LIKELY(p != NULL) ? p : new_failed(size, alignment, nothrow, family);
 }
 

@@ -14,15 +14,14 @@
 # Python also checks from the inside that malloc, free, calloc and realloc resolve into the
 # libcmalloc.so mapping of /proc/self/maps, and the C++ program that operator new is counted by
 # cmalloc_stats_get. The C++ program and g++ run again under CMALLOC_CHECK=1, which checks each
-# delete against the block's family and each sized delete against the size requested, and
-# there a delete through a base class without a virtual destructor, a free of new's block, a
-# delete of new[]'s and a delete[] of new's must be reported (a delete of malloc's block is
-# not: a program's own operator new may take its memory from malloc). Programs with their own
-# operator new and delete over an arena of their own run as they do without cmalloc (cmalloc's
-# sized and array deletes hand the arena's blocks to their deletes, its new[] and nothrow news
-# call their new). A program that is missing is skipped
-# with a notice; the test fails when none ran. Exits non-zero on any failure, after printing
-# which.
+# delete against the block's family and each sized delete against the size requested, and there
+# a delete through a base class without a virtual destructor, a free of new's block (an
+# over-aligned one too), a delete of new[]'s and a delete[] of new's must be reported (a delete
+# of malloc's block is not: a program's own operator new may take its memory from malloc).
+# Programs with their own operator new and delete over an arena of their own run as they do
+# without cmalloc (cmalloc's sized and array deletes hand the arena's blocks to their deletes,
+# its new[] and nothrow news call their new). A program that is missing is skipped with a
+# notice; the test fails when none ran. Exits non-zero on any failure, after printing which.
 set -u
 
 top=$(pwd)
@@ -461,6 +460,7 @@ if have g++; then
         cat >"$tmp/misuse.cc" <<'EOF'
 #include <cstdlib>
 #include <cstring>
+#include <new>
 struct Base { int a; ~Base() {} };
 struct Derived : Base { char pad[40]; };
 template <class T> static T *opaque(T *p) { __asm__ volatile("" : "+r"(p)); return p; }
@@ -473,6 +473,8 @@ int main(int, char **argv) {
         delete opaque(new int[10]);
     if (!std::strcmp(argv[1], "new-delete-array"))
         delete[] opaque(new char);
+    if (!std::strcmp(argv[1], "aligned-new-free"))
+        std::free(opaque(::operator new(100, std::align_val_t(64))));
     if (!std::strcmp(argv[1], "malloc-delete")) // a block of a program's new that calls malloc
         ::operator delete(opaque(std::malloc(40)));
     return 0;
@@ -591,6 +593,7 @@ EOF
             misuse new-free "free(): $address was allocated by operator new;"
             misuse new-array-delete "operator delete(): $address was allocated by operator new\[\];"
             misuse new-delete-array "operator delete\[\](): $address was allocated by operator new;"
+            misuse aligned-new-free "free(): $address was allocated by operator new;"
             echo "-- malloc-delete (CMALLOC_CHECK=1): accepted"
             env CMALLOC_CHECK=1 LD_PRELOAD="$lib" $limit "$tmp/misuse" malloc-delete \
                 2>"$tmp/misuse.err"
