@@ -30,8 +30,8 @@
  * not yet reused), write after free, a free of another family's block (free of new's, delete
  * of new[]'s...) or of another size than requested (a sized free); each line is followed
  * (error.c's report details) by the stack of the call that found it and the block's allocation
- * stack. At exit the blocks still
- * quarantined are checked once, so a write to one is reported even though it never left.
+ * stack. At exit the blocks still quarantined are checked once, so a write to one is reported
+ * even though it never left.
  * Thread caches are bypassed (thread_cache.c gives no cache in this mode), so every call takes
  * the slow paths; the cost is several times the normal one.
  * Lock: quarantine_lock, taken alone (the frees it makes happen after releasing it).
@@ -294,10 +294,7 @@ static CM_COLD void report_other_family(const check_header *raw, const void *p, 
 {
     about(raw, boundary);
     cm_message m = {.length = 0};
-    cm_message_str(&m, "cmalloc: ");
-    cm_message_str(&m, caller);
-    cm_message_str(&m, "(): ");
-    cm_message_hex(&m, (uintptr_t)p);
+    cm_message_call(&m, caller, p);
     cm_message_str(&m, " was allocated by ");
     cm_message_str(&m, family_names[raw->family]);
     cm_report_finish(&m);

@@ -68,6 +68,15 @@ void cm_message_path(cm_message *m, const char *pattern)
     }
 }
 
+/* The start of a report about p from caller's call: "cmalloc: caller(): 0x...". */
+void cm_message_call(cm_message *m, const char *caller, const void *p)
+{
+    cm_message_str(m, "cmalloc: ");
+    cm_message_str(m, caller);
+    cm_message_str(m, "(): ");
+    cm_message_hex(m, (uintptr_t)p);
+}
+
 void cm_message_write(cm_message *m, int fd)
 {
     cm_os_write(fd, m->text, m->length);
@@ -130,10 +139,7 @@ void cm_report_sized_free(const char *caller, const void *p, size_t alignment, s
                           size_t bytes, bool requested)
 {
     cm_message m = {.length = 0};
-    cm_message_str(&m, "cmalloc: ");
-    cm_message_str(&m, caller);
-    cm_message_str(&m, "(): ");
-    cm_message_hex(&m, (uintptr_t)p);
+    cm_message_call(&m, caller, p);
     if (requested || size > bytes) {
         cm_message_str(&m, " freed with size ");
         cm_message_uint(&m, size);

@@ -19,6 +19,7 @@ void cm_message_uint(cm_message *m, uint64_t value);
 void cm_message_hex(cm_message *m, uint64_t value);
 void cm_message_write(cm_message *m, int fd);
 void cm_message_path(cm_message *m, const char *pattern);
+void cm_message_call(cm_message *m, const char *caller, const void *p);
 void cm_report_finish(cm_message *m);
 void cm_report_set_details(void (*details)(void));
 void *cm_out_of_memory(void);

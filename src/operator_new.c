@@ -11,6 +11,9 @@
  * -static-libstdc++ that uses nothing else of the thrower's member had none, so new aborted
  * where it must throw.
  *
+ * They are C++'s default operators: where the program has its own operator new or delete, the
+ * defaults that call those call the program's (the sections below say which, and how).
+ *
  * Left out of the sanitizer builds (CM_PREFIX), which keep the C++ runtime's own operators.
  */
 #include "fastpath.h"
@@ -58,8 +61,7 @@ static CM_COLD void *new_failed(size_t size, size_t alignment, bool nothrow, cm_
             handler();
         else if (!cm_call_new_handler_nothrow(handler))
             return NULL;
-        void *p = alignment <= CM_ALIGNMENT ? cm_alloc_by(size, family)
-                                            : cm_alloc_aligned_by(alignment, size, family);
+        void *p = cm_alloc_aligned_by(alignment, size, family);
         if (p != NULL)
             return p;
     }
@@ -206,72 +208,68 @@ static void delete_slow(void *p, size_t size, cm_family family, const char *name
  * the debug mode its family, the sized forms their size too, which it checks against the
  * block's (fastpath.h's cm_free_as). */
 static const char delete_name[] = "operator delete", delete_array_name[] = "operator delete[]";
-static CM_ALWAYS_INLINE void delete_block(void *p, size_t size, cm_family family)
+/* slow: delete_slow, or cm_free_slow for the aligned forms, which are not forwarded. */
+static CM_ALWAYS_INLINE void delete_block(void *p, size_t size, cm_family family,
+                                          cm_free_slow_path slow)
 {
-    cm_free_as(p, size, 0, family, family == CM_BY_NEW ? delete_name : delete_array_name,
-               delete_slow);
-}
-static CM_ALWAYS_INLINE void delete_aligned_block(void *p, size_t size, cm_family family)
-{
-    cm_free_as(p, size, 0, family, family == CM_BY_NEW ? delete_name : delete_array_name,
-               cm_free_slow);
+    cm_free_as(p, size, 0, family, family == CM_BY_NEW ? delete_name : delete_array_name, slow);
 }
 CM_DELETE(_ZdlPv, void *p)
 {
-    delete_block(p, CM_UNSIZED, CM_BY_NEW);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW, delete_slow);
 }
 CM_DELETE(_ZdaPv, void *p)
 {
-    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_slow);
 }
 CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    delete_block(p, CM_UNSIZED, CM_BY_NEW);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW, delete_slow);
 }
 CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_slow);
 }
 CM_DELETE(_ZdlPvm, void *p, size_t size)
 {
-    delete_block(p, size, CM_BY_NEW);
+    delete_block(p, size, CM_BY_NEW, delete_slow);
 }
 CM_DELETE(_ZdaPvm, void *p, size_t size)
 {
-    delete_block(p, size, CM_BY_NEW_ARRAY);
+    delete_block(p, size, CM_BY_NEW_ARRAY, delete_slow);
 }
 CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment)
 {
     (void)alignment;
-    delete_aligned_block(p, CM_UNSIZED, CM_BY_NEW);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW, cm_free_slow);
 }
 CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment)
 {
     (void)alignment;
-    delete_aligned_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY, cm_free_slow);
 }
 CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
     (void)alignment;
-    delete_aligned_block(p, size, CM_BY_NEW);
+    delete_block(p, size, CM_BY_NEW, cm_free_slow);
 }
 CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
     (void)alignment;
-    delete_aligned_block(p, size, CM_BY_NEW_ARRAY);
+    delete_block(p, size, CM_BY_NEW_ARRAY, cm_free_slow);
 }
 CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
     (void)alignment;
     (void)tag;
-    delete_aligned_block(p, CM_UNSIZED, CM_BY_NEW);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW, cm_free_slow);
 }
 CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
     (void)alignment;
     (void)tag;
-    delete_aligned_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY, cm_free_slow);
 }
 #endif /* CM_PREFIX */

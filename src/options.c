@@ -77,7 +77,8 @@ static const option_entry options[] = {
      .doc = "a path: the report at exit goes there instead of stderr (%p: the process id, %e: "
             "the program's name)"},
     {"CHECK", &cm_option.check, OPTION_BOOL, 0,
-     .doc = "1: debug mode: canaries, freed-memory patterns, quarantine; several times slower",
+     .doc = "1: debug mode: canaries, freed-memory patterns, quarantine, mismatched frees; "
+            "several times slower",
      .min = 0, .max = 1},
     {"ABORT_ON_ERROR", &cm_abort_on_error, OPTION_BOOL, 1,
      .doc = "1: abort after reporting an invalid or double free; 0: leak the pointer and go on",

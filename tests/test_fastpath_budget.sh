@@ -5,6 +5,7 @@
 # do the calls built on the fast paths (the same program: two reallocs that move a block of
 # 100 B to 300 and back, copies included; posix_memalign(64, 100) and free; malloc_usable_size:
 # 889, 223 and 76 against the library built at 8d8bfbd, before they took the fast paths;
+# malloc and C23's free_sized: 141 at 6a5b69d, which vetted the block before free's path;
 # FASTPATH_LIB=<a libcmalloc.so> preloads another build) and an arena's common rewind
 # (tests/data/arena_rewind.c: a mark, an inline allocation and a rewind that frees it, loop
 # included; 42 before arena marks had epochs, 111 at 556516b), and the remote-free cycle
@@ -27,6 +28,7 @@ BUDGET_REMOTE_SHUFFLED=${FASTPATH_BUDGET_REMOTE_SHUFFLED:-149} # 64 B, freed in 
 BUDGET_REALLOC=${FASTPATH_BUDGET_REALLOC:-320}
 BUDGET_ALIGNED=${FASTPATH_BUDGET_ALIGNED:-128}
 BUDGET_USABLE=${FASTPATH_BUDGET_USABLE:-42}
+BUDGET_SIZED=${FASTPATH_BUDGET_SIZED:-92} # malloc(100)+free_sized: free's path and a class test
 N=20000
 command -v valgrind >/dev/null || { echo "test_fastpath_budget: valgrind is missing (run scripts/deps.sh)"; exit 1; }
 mkdir -p build/tests
@@ -52,12 +54,16 @@ for size in 16 64 1000 20000; do
     [ "$per_pair" -le "$budget" ] || { verdict="OVER BUDGET ($budget)"; status=1; }
     echo "malloc($size)+free: $per_pair instructions per pair: $verdict"
 done
-for mode in realloc aligned usable; do
+# free_sized only where the library has it (a peer's FASTPATH_LIB may not)
+modes="realloc aligned usable"
+nm -D "$lib" 2>/dev/null | grep -qw free_sized && modes="$modes sized"
+for mode in $modes; do
     per_call=$(( ($(count "$N" 100 "$mode") - $(count 0 100 "$mode")) / N ))
     case $mode in
     realloc) budget=$BUDGET_REALLOC what="realloc(100 -> 300 -> 100)" ;;
     aligned) budget=$BUDGET_ALIGNED what="posix_memalign(64, 100)+free" ;;
     usable) budget=$BUDGET_USABLE what="malloc_usable_size(100 B block)" ;;
+    sized) budget=$BUDGET_SIZED what="malloc(100)+free_sized" ;;
     esac
     verdict=ok
     [ "$per_call" -le "$budget" ] || { verdict="OVER BUDGET ($budget)"; status=1; }

@@ -5,7 +5,11 @@
  *   fastpath_pair N SIZE realloc    realloc of one block to 3 * SIZE and back (two moves: the
  *                                   copies are counted too)
  *   fastpath_pair N SIZE aligned    posix_memalign(64, SIZE), free
- *   fastpath_pair N SIZE usable     malloc_usable_size of a block of SIZE */
+ *   fastpath_pair N SIZE usable     malloc_usable_size of a block of SIZE
+ *   fastpath_pair N SIZE sized      malloc(SIZE), free_sized(p, SIZE) (C23: looked up with dlsym,
+ *                                   as glibc before 2.43 declares none; exits 2 without one) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +36,15 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "usable") == 0) {
         for (long i = 0; i < n; i++)
             usable = malloc_usable_size(sink);
+    } else if (strcmp(mode, "sized") == 0) {
+        void (*free_sized)(void *, size_t) =
+            (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+        if (free_sized == NULL)
+            return 2;
+        for (long i = 0; i < n; i++) {
+            sink = malloc(size);
+            free_sized(sink, size);
+        }
     } else {
         for (long i = 0; i < n; i++) {
             sink = malloc(size);
