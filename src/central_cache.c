@@ -427,7 +427,8 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
         run->size = info->size;
     } else
         *list = cm_link_carved(span->bump, info->size, carve, *list);
-    span->bump += (size_t)carve * info->size;
+    /* atomic: a local list's taker reads it without the lock (cm_span_prefetch_objects) */
+    __atomic_store_n(&span->bump, span->bump + (size_t)carve * info->size, __ATOMIC_RELAXED);
     taken += carve;
     span_add_used(span, taken);
     return taken;

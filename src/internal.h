@@ -500,24 +500,33 @@ static inline uint32_t cm_free_list_length(const cm_free_list *list)
 {
     return list->max_length - (uint32_t)list->room;
 }
-/* Fetches the lines holding the links of span's first CM_PREFETCH_LINES objects, for writing,
- * all at once, before a list of many of its free objects is walked or popped (a fill from its
- * given-back objects, central_cache.c; its local list taken whole, thread_cache.c). Both lists
- * are in the order the objects came back, which is random in a program that frees in random
- * order, and whoever walks or pops them reads each link from the object before: one cache miss
- * after the other, where these fetches overlap. Given-back lists, 524,288 objects of 24 B
- * allocated, then freed in random order (`LD_PRELOAD=<build> build/bench/pool_bench --count
- * 524288 --size 24 --free-order random`): 16.1M objects/s with the prefetch against 9.7M
- * without (commit 4642fdc); local lists, docs/PERFORMANCE.md. */
+/* Fetches the lines holding the links of span's first CM_PREFETCH_LINES objects, all at once,
+ * before a list of many of its free objects is walked or popped (a fill from its given-back
+ * objects, central_cache.c; its local list taken whole, thread_cache.c). Both lists are in the
+ * order the objects came back, which is random in a program that frees in random order, and
+ * whoever walks or pops them reads each link from the object before: one cache miss after the
+ * other, where these fetches overlap. Given-back lists, 524,288 objects of 24 B allocated, then
+ * freed in random order (`LD_PRELOAD=<build> build/bench/pool_bench --count 524288 --size 24
+ * --free-order random`): 16.1M objects/s with the fetch against 9.7M without (commit 4642fdc);
+ * local lists, docs/PERFORMANCE.md. Loads, not prefetch instructions: a core may drop a
+ * prefetch when its miss buffers are full, and did for most of a span's lines on the AMD EPYC
+ * the benchmarks run on (a pop after a local list's fill waited on memory for 16% of them and
+ * took 24-26 ns on average, 7-9 ns with loads; PERFORMANCE.md, "The span's lines fetched with
+ * loads").
+ * A load cannot be dropped: the core keeps as many in flight as it has buffers, and the
+ * chase after it starts once they are in. Loads stop at the bump pointer: the pages past it
+ * may not be resident, and every free object is below it. The bump pointer moves under the
+ * class's lock, which a local list's taker does not hold: read atomically, as the carving
+ * writes it; a stale value is lower, never higher (it only grows while the span is SMALL). */
 static inline void cm_span_prefetch_objects(const cm_span *span, const cm_class_info *info)
 {
     const char *start = cm_span_start(span);
     const size_t step = info->size < CM_CACHE_LINE ? CM_CACHE_LINE : info->size;
-    size_t end = (size_t)info->objects * info->size;
+    size_t end = (size_t)(__atomic_load_n(&span->bump, __ATOMIC_RELAXED) - start);
     if (end > CM_PREFETCH_LINES * step)
         end = CM_PREFETCH_LINES * step;
     for (size_t at = 0; at < end; at += step)
-        __builtin_prefetch(start + at, 1, 3);
+        cm_fetch_line(start + at);
 }
 /* Takes a held span's local list (thread_cache.c, "local lists") whole, its last object linked
  * to rest, and lets go of the span: returns the list's head (*count objects). */

@@ -34,6 +34,22 @@ void cm_debug_walk(void);
 #endif
 #define CM_DEBUG_WALK_EVERY 50000
 
+/* Loads the line at p and drops the value: a fetch the core may not drop, as it may a prefetch
+ * instruction when its miss buffers are full (internal.h's cm_span_prefetch_objects). Written
+ * as an instruction, not a C read: the line may hold a live object another thread writes, and
+ * the value is never used. p must be mapped and resident (a prefetch never faults; this may). */
+static inline void cm_fetch_line(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("cmpb $0, %0" : : "m"(*(const char *)p) : "cc");
+#elif defined(__aarch64__)
+    unsigned value;
+    __asm__ volatile("ldrb %w0, %1" : "=r"(value) : "Q"(*(const char *)p));
+#else
+    __builtin_prefetch(p, 1, 3);
+#endif
+}
+
 enum { CM_FORK_PREPARE, CM_FORK_PARENT, CM_FORK_CHILD };
 
 /* os.c: the only file that talks to the kernel */

@@ -134,7 +134,7 @@
 
 /* A fill that asks for at least a 1/CM_PREFETCH_DIVISOR of a span's objects, from a span that
  * has as many given back, first fetches the lines of the span's first CM_PREFETCH_LINES
- * objects' links (central_cache.c's prefetch_objects). */
+ * objects' links (internal.h's cm_span_prefetch_objects). */
 #define CM_PREFETCH_DIVISOR 4
 #define CM_PREFETCH_LINES   256
 
