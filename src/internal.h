@@ -508,16 +508,15 @@ static inline uint32_t cm_free_list_length(const cm_free_list *list)
  * other, where these fetches overlap. Given-back lists, 524,288 objects of 24 B allocated, then
  * freed in random order (`LD_PRELOAD=<build> build/bench/pool_bench --count 524288 --size 24
  * --free-order random`): 16.1M objects/s with the fetch against 9.7M without (commit 4642fdc);
- * local lists, docs/PERFORMANCE.md. Loads, not prefetch instructions: a core may drop a
- * prefetch when its miss buffers are full, and did for most of a span's lines on the AMD EPYC
- * the benchmarks run on (a pop after a local list's fill waited on memory for 16% of them and
- * took 24-26 ns on average, 7-9 ns with loads; PERFORMANCE.md, "The span's lines fetched with
- * loads").
- * A load cannot be dropped: the core keeps as many in flight as it has buffers, and the
- * chase after it starts once they are in. Loads stop at the bump pointer: the pages past it
- * may not be resident, and every free object is below it. The bump pointer moves under the
- * class's lock, which a local list's taker does not hold: read atomically, as the carving
- * writes it; a stale value is lower, never higher (it only grows while the span is SMALL). */
+ * local lists, docs/PERFORMANCE.md. Loads, not prefetch instructions: a core may drop the
+ * prefetches its miss buffers have no room for, and with them a pop after a local list's fill
+ * still waited on memory for 16% of the objects on the AMD EPYC the benchmarks run on (24-26 ns
+ * a pop on average, 7-9 ns with loads; PERFORMANCE.md, "The span's lines fetched with loads");
+ * a load is never dropped, and the chase after them starts once they are in. They stop at the
+ * bump pointer: the pages past it may not be resident, and every free object is below it. The
+ * bump pointer moves under the class's lock, which a local list's taker does not hold: read
+ * atomically, as the carving writes it; a stale value is lower, never higher (it only grows
+ * while the span is SMALL). */
 static inline void cm_span_prefetch_objects(const cm_span *span, const cm_class_info *info)
 {
     const char *start = cm_span_start(span);

@@ -45,6 +45,7 @@ static inline void cm_fetch_line(const void *p)
 #elif defined(__aarch64__)
     unsigned value;
     __asm__ volatile("ldrb %w0, %1" : "=r"(value) : "Q"(*(const char *)p));
+    (void)value;
 #else
     __builtin_prefetch(p, 1, 3);
 #endif
