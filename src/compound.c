@@ -1,7 +1,7 @@
-/* compound.c - the calls made of others: calloc, realloc, the aligned forms and
- * malloc_usable_size, built on the fast paths (fastpath.h) and on the modes' own calls (api.c
- * decides which mode takes a block; check.c's and prof.c's realloc hooks). Called by the entry
- * points (override.c). Holds no lock and no state.
+/* compound.c - the calls made of others: calloc, realloc, the aligned forms, C23's sized frees
+ * (free_sized, free_aligned_sized) and malloc_usable_size, built on the fast paths (fastpath.h)
+ * and on the modes' own calls (api.c decides which mode takes a block; check.c's and prof.c's
+ * realloc hooks). Called by the entry points (override.c). Holds no lock and no state.
  */
 #include "fastpath.h"
 
@@ -130,6 +130,12 @@ size_t cm_malloc_usable_size(const void *p)
     return size_class != 0 ? cm_classes[size_class].size : cm_usable_size(p, "malloc_usable_size");
 }
 
+/* Whether alignment is a power of two that p has. */
+static bool aligned_to(const void *p, size_t alignment)
+{
+    return cm_is_power_of_two(alignment) && ((uintptr_t)p & (alignment - 1)) == 0;
+}
+
 /* cm_free_sized's general path, for what free's fast test does not take and for a pointer
  * that lacks the alignment: a bad pointer or a double free reported as free reports them, a
  * size past the block's usable bytes or a wrong alignment as a sized free's. */
@@ -138,8 +144,7 @@ static void free_sized_general(void *p, size_t alignment, size_t size, const cha
     size_t usable = cm_usable_size(p, caller);
     if (usable == 0)
         return; /* NULL, or reported */
-    if (CM_UNLIKELY(size > usable || alignment == 0 || (alignment & (alignment - 1)) != 0 ||
-                    ((uintptr_t)p & (alignment - 1)) != 0)) {
+    if (CM_UNLIKELY(size > usable || !aligned_to(p, alignment))) {
         cm_report_sized_free(caller, p, alignment, size, usable, false);
         return;
     }
@@ -166,8 +171,7 @@ static void free_sized_slow(void *p, size_t size, cm_family family, const char *
  * block apart before free's path (tests/test_fastpath_budget.sh, at 6a5b69d for the 141). */
 void cm_free_sized(void *p, size_t alignment, size_t size, const char *caller)
 {
-    if (CM_LIKELY(alignment != 0 && (alignment & (alignment - 1)) == 0 &&
-                  ((uintptr_t)p & (alignment - 1)) == 0))
+    if (CM_LIKELY(aligned_to(p, alignment)))
         cm_free_as(p, size, size, CM_BY_MALLOC, caller, free_sized_slow);
     else
         free_sized_general(p, alignment, size, caller);

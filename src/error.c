@@ -149,8 +149,8 @@ void cm_report_sized_free(const char *caller, const void *p, size_t alignment, s
     } else {
         cm_message_str(&m, " freed with alignment ");
         cm_message_uint(&m, alignment);
-        bool power_of_two = alignment != 0 && (alignment & (alignment - 1)) == 0;
-        cm_message_str(&m, power_of_two ? ", which it does not have" : ", not a power of two");
+        cm_message_str(&m, cm_is_power_of_two(alignment) ? ", which it does not have"
+                                                          : ", not a power of two");
     }
     cm_report_finish(&m);
 }

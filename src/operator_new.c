@@ -145,7 +145,7 @@ CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag)
  * without asking the new_handler, which could never make it valid. */
 static inline void *new_aligned(size_t size, size_t alignment, bool nothrow, cm_family family)
 {
-    if (CM_UNLIKELY(alignment == 0 || (alignment & (alignment - 1)) != 0))
+    if (CM_UNLIKELY(!cm_is_power_of_two(alignment)))
         return refuse_new(nothrow, "an alignment that is not a power of two");
     return new_object(size, alignment, nothrow, family);
 }

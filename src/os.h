@@ -1,6 +1,7 @@
 /* os.h - the bottom of the library: what every file uses (branch hints, attributes, the debug
- * build's checks, the fork phases) and os.c's contract with the kernel. os.c includes this file
- * alone, error.c with error.h; every other file has it through internal.h.
+ * build's checks, the power-of-two test, the line fetch, the fork phases) and os.c's contract
+ * with the kernel. os.c includes this file alone, error.c with error.h; every other file has it
+ * through internal.h.
  */
 #ifndef CM_OS_H
 #define CM_OS_H
@@ -33,6 +34,11 @@ void cm_debug_walk(void);
 #define CM_DEBUG_WALK()      ((void)0)
 #endif
 #define CM_DEBUG_WALK_EVERY 50000
+
+static inline bool cm_is_power_of_two(size_t x)
+{
+    return x != 0 && (x & (x - 1)) == 0;
+}
 
 /* Loads the line at p and drops the value: a fetch the core may not drop, as it may a prefetch
  * instruction when its miss buffers are full (internal.h's cm_span_prefetch_objects). Written

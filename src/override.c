@@ -30,11 +30,6 @@
 #define CM_ENTRY(name) name
 #endif
 
-static bool is_power_of_two(size_t x)
-{
-    return x != 0 && (x & (x - 1)) == 0;
-}
-
 /* malloc and free start on a cache line: otherwise where their hot paths fall across lines
  * shifts with every change to the rest of the library, and the benchmarks with it. */
 #define CM_LINE_ALIGNED __attribute__((aligned(CM_CACHE_LINE)))
@@ -89,7 +84,7 @@ CM_EXPORT void *CM_ENTRY(reallocarray)(void *p, size_t count, size_t size)
 
 CM_EXPORT int CM_ENTRY(posix_memalign)(void **out, size_t alignment, size_t size)
 {
-    if (alignment < sizeof(void *) || !is_power_of_two(alignment))
+    if (alignment < sizeof(void *) || !cm_is_power_of_two(alignment))
         return EINVAL;
     int saved = errno;
     void *p = cm_alloc_aligned(alignment, size);
@@ -102,7 +97,7 @@ CM_EXPORT int CM_ENTRY(posix_memalign)(void **out, size_t alignment, size_t size
 
 CM_EXPORT void *CM_ENTRY(aligned_alloc)(size_t alignment, size_t size)
 {
-    if (!is_power_of_two(alignment)) {
+    if (!cm_is_power_of_two(alignment)) {
         errno = EINVAL;
         return NULL;
     }
