@@ -16,6 +16,8 @@ extern "C" {
 typedef void (*cm_new_handler)(void);
 bool cm_call_new_handler_nothrow(cm_new_handler handler);
 void *cm_call_new_nothrow(void *(*new_fn)(size_t), size_t size);
+void *cm_call_new_aligned_nothrow(void *(*new_fn)(size_t, size_t), size_t size,
+                                  size_t alignment);
 #pragma GCC visibility pop
 }
 
@@ -36,6 +38,17 @@ void *cm_call_new_nothrow(void *(*new_fn)(size_t), size_t size)
 {
     try {
         return new_fn(size);
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+/* new_fn(size, alignment), a program's own aligned operator new, or NULL when it throws: the
+ * aligned nothrow news' default (operator_new.c). */
+void *cm_call_new_aligned_nothrow(void *(*new_fn)(size_t, size_t), size_t size, size_t alignment)
+{
+    try {
+        return new_fn(size, alignment);
     } catch (...) {
         return nullptr;
     }

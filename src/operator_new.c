@@ -142,7 +142,27 @@ CM_NEW(_ZnamRKSt9nothrow_t, size_t size, const void *tag)
 }
 /* new(size, align_val_t), new[](size, align_val_t), and their nothrow forms. An alignment
  * that is not a power of two (0 included) is refused at once, as libstdc++ does: bad_alloc
- * without asking the new_handler, which could never make it valid. */
+ * without asking the new_handler, which could never make it valid. The program's own aligned
+ * new is called as the plain forms call its new: by new[](size, align_val_t) and by the
+ * nothrow forms (the array one its new[](size, align_val_t) first). */
+typedef void *(*cm_new_aligned_fn)(size_t size, size_t alignment);
+void *_ZnwmSt11align_val_t(size_t size, size_t alignment);
+void *_ZnamSt11align_val_t(size_t size, size_t alignment);
+void *cm_call_new_aligned_nothrow(cm_new_aligned_fn new_fn, size_t size,
+                                  size_t alignment); /* new_handler.cc */
+extern void *cm_own_new_aligned(size_t size, size_t alignment)
+    __attribute__((alias("_ZnwmSt11align_val_t"), visibility("hidden")));
+extern void *cm_own_new_array_aligned(size_t size, size_t alignment)
+    __attribute__((alias("_ZnamSt11align_val_t"), visibility("hidden")));
+
+/* The program's own aligned new for family's blocks, or NULL when it has none. */
+static cm_new_aligned_fn program_new_aligned(cm_family family)
+{
+    return (cm_new_aligned_fn)program_operator(
+        family, (cm_operator)_ZnamSt11align_val_t, (cm_operator)cm_own_new_array_aligned,
+        (cm_operator)_ZnwmSt11align_val_t, (cm_operator)cm_own_new_aligned);
+}
+
 static inline void *new_aligned(size_t size, size_t alignment, bool nothrow, cm_family family)
 {
     if (CM_UNLIKELY(!cm_is_power_of_two(alignment)))
@@ -155,17 +175,23 @@ CM_NEW(_ZnwmSt11align_val_t, size_t size, size_t alignment)
 }
 CM_NEW(_ZnamSt11align_val_t, size_t size, size_t alignment)
 {
-    return new_aligned(size, alignment, false, CM_BY_NEW_ARRAY);
+    cm_new_aligned_fn program = program_new_aligned(CM_BY_NEW);
+    return CM_UNLIKELY(program != NULL) ? program(size, alignment)
+                                        : new_aligned(size, alignment, false, CM_BY_NEW_ARRAY);
 }
 CM_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
 {
     (void)tag;
-    return new_aligned(size, alignment, true, CM_BY_NEW);
+    cm_new_aligned_fn program = program_new_aligned(CM_BY_NEW);
+    return CM_UNLIKELY(program != NULL) ? cm_call_new_aligned_nothrow(program, size, alignment)
+                                        : new_aligned(size, alignment, true, CM_BY_NEW);
 }
 CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const void *tag)
 {
     (void)tag;
-    return new_aligned(size, alignment, true, CM_BY_NEW_ARRAY);
+    cm_new_aligned_fn program = program_new_aligned(CM_BY_NEW_ARRAY);
+    return CM_UNLIKELY(program != NULL) ? cm_call_new_aligned_nothrow(program, size, alignment)
+                                        : new_aligned(size, alignment, true, CM_BY_NEW_ARRAY);
 }
 
 /* ---- a program's own operator delete --------------------------------------------------------
@@ -176,7 +202,9 @@ CM_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, size_t size, size_t alignment, const 
  * the compiler calls for `delete p`: such a pointer is in no span of cmalloc's, so the fast
  * path never takes it, and the slow path below hands it to the program's delete instead of
  * reporting it. A program's own new that returns malloc's blocks as they are has them freed by
- * cmalloc's fast path, its own delete not called; the aligned forms are not forwarded. */
+ * cmalloc's fast path, its own delete not called. The aligned forms call the program's aligned
+ * delete the same way (its delete[](void *, align_val_t) for the sized aligned delete[]), with
+ * the alignment they were given. */
 typedef void (*cm_delete_fn)(void *p);
 void _ZdlPv(void *p);
 void _ZdaPv(void *p);
@@ -208,68 +236,98 @@ static void delete_slow(void *p, size_t size, cm_family family, const char *name
  * the debug mode its family, the sized forms their size too, which it checks against the
  * block's (fastpath.h's cm_free_as). */
 static const char delete_name[] = "operator delete", delete_array_name[] = "operator delete[]";
-/* slow: delete_slow, or cm_free_slow for the aligned forms, which are not forwarded. */
-static CM_ALWAYS_INLINE void delete_block(void *p, size_t size, cm_family family,
-                                          cm_free_slow_path slow)
+static CM_ALWAYS_INLINE const char *delete_name_of(cm_family family)
 {
-    cm_free_as(p, size, 0, family, family == CM_BY_NEW ? delete_name : delete_array_name, slow);
+    return family == CM_BY_NEW ? delete_name : delete_array_name;
+}
+static CM_ALWAYS_INLINE void delete_block(void *p, size_t size, cm_family family)
+{
+    cm_free_as(p, size, 0, family, delete_name_of(family), delete_slow);
+}
+
+/* The aligned forms: the slow path has no room for the alignment, so the test for memory of
+ * the program's own comes first where the program has an aligned delete of its own (else a
+ * load of the GOT and a compare: these forms are not on the budget's fast paths). */
+typedef void (*cm_delete_aligned_fn)(void *p, size_t alignment);
+void _ZdlPvSt11align_val_t(void *p, size_t alignment);
+void _ZdaPvSt11align_val_t(void *p, size_t alignment);
+extern void cm_own_delete_aligned(void *p, size_t alignment)
+    __attribute__((alias("_ZdlPvSt11align_val_t"), visibility("hidden")));
+extern void cm_own_delete_array_aligned(void *p, size_t alignment)
+    __attribute__((alias("_ZdaPvSt11align_val_t"), visibility("hidden")));
+
+/* Where the program has an aligned delete of its own: memory of its own goes there, and every
+ * other block to the general path (with the name and family the fast path would give it). */
+static CM_COLD void delete_aligned_with(cm_delete_aligned_fn program, void *p, size_t size,
+                                        size_t alignment, cm_family family)
+{
+    if (p != NULL && cm_span_of(p) == NULL && !cm_guard_owns(p))
+        program(p, alignment);
+    else
+        cm_free_slow(p, size, family, delete_name_of(family));
+}
+
+static CM_ALWAYS_INLINE void delete_aligned(void *p, size_t size, size_t alignment,
+                                            cm_family family)
+{
+    cm_delete_aligned_fn program = (cm_delete_aligned_fn)program_operator(
+        family, (cm_operator)_ZdaPvSt11align_val_t, (cm_operator)cm_own_delete_array_aligned,
+        (cm_operator)_ZdlPvSt11align_val_t, (cm_operator)cm_own_delete_aligned);
+    if (CM_UNLIKELY(program != NULL))
+        delete_aligned_with(program, p, size, alignment, family);
+    else
+        cm_free_as(p, size, 0, family, delete_name_of(family), cm_free_slow);
 }
 CM_DELETE(_ZdlPv, void *p)
 {
-    delete_block(p, CM_UNSIZED, CM_BY_NEW, delete_slow);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPv, void *p)
 {
-    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_slow);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    delete_block(p, CM_UNSIZED, CM_BY_NEW, delete_slow);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvRKSt9nothrow_t, void *p, const void *tag)
 {
     (void)tag;
-    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY, delete_slow);
+    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvm, void *p, size_t size)
 {
-    delete_block(p, size, CM_BY_NEW, delete_slow);
+    delete_block(p, size, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvm, void *p, size_t size)
 {
-    delete_block(p, size, CM_BY_NEW_ARRAY, delete_slow);
+    delete_block(p, size, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvSt11align_val_t, void *p, size_t alignment)
 {
-    (void)alignment;
-    delete_block(p, CM_UNSIZED, CM_BY_NEW, cm_free_slow);
+    delete_aligned(p, CM_UNSIZED, alignment, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvSt11align_val_t, void *p, size_t alignment)
 {
-    (void)alignment;
-    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY, cm_free_slow);
+    delete_aligned(p, CM_UNSIZED, alignment, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
-    (void)alignment;
-    delete_block(p, size, CM_BY_NEW, cm_free_slow);
+    delete_aligned(p, size, alignment, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvmSt11align_val_t, void *p, size_t size, size_t alignment)
 {
-    (void)alignment;
-    delete_block(p, size, CM_BY_NEW_ARRAY, cm_free_slow);
+    delete_aligned(p, size, alignment, CM_BY_NEW_ARRAY);
 }
 CM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
-    (void)alignment;
     (void)tag;
-    delete_block(p, CM_UNSIZED, CM_BY_NEW, cm_free_slow);
+    delete_aligned(p, CM_UNSIZED, alignment, CM_BY_NEW);
 }
 CM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, void *p, size_t alignment, const void *tag)
 {
-    (void)alignment;
     (void)tag;
-    delete_block(p, CM_UNSIZED, CM_BY_NEW_ARRAY, cm_free_slow);
+    delete_aligned(p, CM_UNSIZED, alignment, CM_BY_NEW_ARRAY);
 }
 #endif /* CM_PREFIX */

@@ -586,6 +586,70 @@ EOF
         else
             fail "own-scalar-new: g++ cannot build it: $(sed -n 1p "$tmp/own-scalar-build.err")"
         fi
+        # One with its own aligned operator new and delete (C++17's align_val_t forms, for types
+        # aligned past 16 bytes) over an arena of its own: the sized aligned deletes the compiler
+        # calls for `delete p`, the aligned new[] and the aligned nothrow forms must reach its
+        # operators, as C++'s defaults do (cmalloc reported an invalid pointer and aborted at
+        # eed77db). Built twice: with the array forms too, and with the plain ones only.
+        cat >"$tmp/own_aligned_new.cc" <<'EOF'
+#include <cstdio>
+#include <new>
+alignas(64) static char arena[1 << 20];
+static std::size_t used;
+static long live, live_arrays;
+static bool in_arena(const void *p)
+{
+    const char *c = static_cast<const char *>(p);
+    return c >= arena && c < arena + sizeof arena;
+}
+static void *bump(std::size_t n, std::align_val_t al)
+{
+    std::size_t a = static_cast<std::size_t>(al);
+    std::size_t at = (used + a - 1) & ~(a - 1);
+    if (n > sizeof arena || at + n > sizeof arena)
+        throw std::bad_alloc();
+    used = at + n;
+    return arena + at;
+}
+void *operator new(std::size_t n, std::align_val_t al) { return live++, bump(n, al); }
+void operator delete(void *p, std::align_val_t) noexcept { live -= p != nullptr; }
+#ifndef PLAIN_ONLY
+void *operator new[](std::size_t n, std::align_val_t al) { return live_arrays++, bump(n, al); }
+void operator delete[](void *p, std::align_val_t) noexcept { live_arrays -= p != nullptr; }
+#endif
+struct alignas(64) Line { long v[8]; ~Line() {} };
+struct alignas(64) Huge { char bytes[2 << 20]; };
+template <class T> static T *opaque(T *p) { __asm__ volatile("" : "+r"(p)); return p; }
+int main()
+{
+    Line *one = opaque(new Line{});
+    Line *some = opaque(new Line[3]);
+    Line *quiet = opaque(new (std::nothrow) Line{});
+    Line *quiet_some = opaque(new (std::nothrow) Line[2]);
+    Huge *huge = new (std::nothrow) Huge; // the arena throws: NULL
+    std::printf("from the arena: %d %d %d %d, huge %s\n", in_arena(one), in_arena(some),
+                in_arena(quiet), in_arena(quiet_some), huge ? "non-null" : "null");
+    delete one;    // operator delete(void *, size_t, align_val_t)
+    delete[] some; // operator delete[](void *, size_t, align_val_t)
+    delete quiet;
+    ::operator delete[](quiet_some, std::align_val_t(alignof(Line)), std::nothrow);
+    std::printf("live %ld, arrays %ld\n", live, live_arrays);
+    return 0;
+}
+EOF
+        for form in both plain; do
+            define=
+            [ "$form" = plain ] && define=-DPLAIN_ONLY
+            if g++ -std=c++17 -O1 $define -o "$tmp/own_aligned_new_$form" \
+                "$tmp/own_aligned_new.cc" 2>"$tmp/own-aligned-build.err"; then
+                check "own-aligned-new-$form" "$tmp/own_aligned_new_$form"
+                check "own-aligned-new-$form-checked" env CMALLOC_CHECK=1 \
+                    "$tmp/own_aligned_new_$form"
+            else
+                fail "own-aligned-new: g++ cannot build it:" \
+                    "$(sed -n 1p "$tmp/own-aligned-build.err")"
+            fi
+        done
         if g++ -std=c++17 -O1 -o "$tmp/misuse" "$tmp/misuse.cc" 2>"$tmp/misuse-build.err"; then
             address="0x[0-9a-f]*"
             misuse base-delete \
