@@ -75,12 +75,22 @@ static inline void *new_object(size_t size, size_t alignment, bool nothrow, cm_f
     return CM_LIKELY(p != NULL) ? p : new_failed(size, alignment, nothrow, family);
 }
 
-#define CM_NEW(name, ...)              \
-    CM_EXPORT void *name(__VA_ARGS__); \
-    CM_EXPORT void *name(__VA_ARGS__)
-#define CM_DELETE(name, ...)          \
-    CM_EXPORT void name(__VA_ARGS__); \
-    CM_EXPORT void name(__VA_ARGS__)
+/* In the static archive's copy the operators are weak, as each of libstdc++'s is in a member
+ * of its own: a program linked with libcmalloc.a that has some of its own (its operator new and
+ * delete over an arena) keeps them, where a second, strong definition of each failed the link,
+ * and cmalloc's others call them as below. In the shared library the program's come first in
+ * the dynamic linker's lookup anyway. */
+#ifdef CM_CXX_RUNTIME_LINKED
+#define CM_OPERATOR CM_EXPORT __attribute__((weak))
+#else
+#define CM_OPERATOR CM_EXPORT
+#endif
+#define CM_NEW(name, ...)                \
+    CM_OPERATOR void *name(__VA_ARGS__); \
+    CM_OPERATOR void *name(__VA_ARGS__)
+#define CM_DELETE(name, ...)            \
+    CM_OPERATOR void name(__VA_ARGS__); \
+    CM_OPERATOR void name(__VA_ARGS__)
 
 /* ---- a program's own operator new ------------------------------------------------------------
  * C++'s default new[] calls the program's operator new(size_t) when it has its own, and the

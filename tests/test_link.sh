@@ -20,7 +20,8 @@
 # program linked with build/libcmalloc.a and libstdc++'s static archive (-static-libstdc++, and
 # -static) that uses nothing of libstdc++'s thrower itself still gets std::bad_alloc from a
 # failing new (a weak name pulls no member out of an archive: it aborted), its new-handler
-# called until it gives up, and NULL from the nothrow form.
+# called until it gives up, and NULL from the nothrow form. And a C++ program with its own
+# operator new and delete links with build/libcmalloc.a and runs as without cmalloc.
 set -u
 
 top=$(pwd)
@@ -273,6 +274,68 @@ $(sed -n '1,10p' "$tmp/cc.err")"
     else
         fail "C++ static: cannot build with build/libcmalloc.a:
 $(sed -n '1,10p' "$tmp/cc.err")"
+    fi
+    # A C++ program with its own operator new and delete (plain and aligned, over an arena)
+    # links with build/libcmalloc.a, where cmalloc's operators are weak: each strong one was a
+    # second definition of the program's and failed the link at a45993c. Its other operators
+    # (sized, array, nothrow) are cmalloc's and hand the arena's blocks to the program's, so
+    # it prints what it prints without cmalloc; CMALLOC_STATS=1 shows cmalloc served it.
+    cat >"$tmp/own_ops.cc" <<'EOF'
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+alignas(64) static char arena[1 << 20];
+static std::size_t used;
+static long live;
+static void *bump(std::size_t n, std::size_t a)
+{
+    std::size_t at = (used + a - 1) & ~(a - 1);
+    if (n > sizeof arena || at + n > sizeof arena)
+        throw std::bad_alloc();
+    used = at + n;
+    live++;
+    return arena + at;
+}
+void *operator new(std::size_t n) { return bump(n, 16); }
+void operator delete(void *p) noexcept { live -= p != nullptr; }
+void *operator new(std::size_t n, std::align_val_t al) { return bump(n, std::size_t(al)); }
+void operator delete(void *p, std::align_val_t) noexcept { live -= p != nullptr; }
+struct Node { long v; Node *next; };
+struct alignas(64) Line { long v[8]; ~Line() {} };
+template <class T> static T *opaque(T *p) { __asm__ volatile("" : "+r"(p)); return p; }
+int main()
+{
+    delete opaque(new Node{1, nullptr});          // sized delete
+    delete[] opaque(new Node[4]);                 // new[] and delete[]: the program's via defaults
+    delete opaque(new (std::nothrow) Node{});     // nothrow new
+    delete opaque(new Line{});                    // sized aligned delete
+    delete[] opaque(new Line[2]);                 // aligned new[] and delete[]
+    void *m = std::malloc(100);                   // malloc is cmalloc's
+    std::free(m);
+    std::printf("own_ops.cc: live %ld\n", live);
+    return live != 0;
+}
+EOF
+    echo "-- C++ static: a program's own operator new and delete beside build/libcmalloc.a"
+    if $CXX -std=c++17 -O1 "$tmp/own_ops.cc" -o "$tmp/own_ops_base" 2>"$tmp/cc.err" &&
+        $CXX -std=c++17 -O1 "$tmp/own_ops.cc" -o "$tmp/own_ops_static" build/libcmalloc.a \
+            -pthread 2>"$tmp/cc.err"; then
+        base=$("$tmp/own_ops_base" 2>&1)
+        for mode in 0 1; do
+            out=$(CMALLOC_CHECK=$mode CMALLOC_STATS=1 "$tmp/own_ops_static" 2>"$tmp/own_ops.err")
+            rc=$?
+            if [ "$rc" -ne 0 ] || [ "$out" != "$base" ] ||
+                ! grep -q '^cmalloc stats' "$tmp/own_ops.err"; then
+                fail "own operators, CMALLOC_CHECK=$mode: exit $rc, '$out' (without cmalloc:" \
+                    "'$base'), $(grep -c '^cmalloc stats' "$tmp/own_ops.err") stats reports;" \
+                    "$(grep '^cmalloc:' "$tmp/own_ops.err" | head -n 1)"
+            else
+                echo "  ok (CMALLOC_CHECK=$mode): $out, served by cmalloc"
+            fi
+        done
+    else
+        fail "C++ static with its own operators: cannot build:
+$(sed -n '1,6p' "$tmp/cc.err")"
     fi
     cat >"$tmp/oom.cc" <<'EOF'
 // A request no machine can meet (2^50 bytes, from argc so that the compiler cannot fold it).
