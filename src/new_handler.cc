@@ -1,8 +1,8 @@
 /* new_handler.cc - the one piece of C++ in cmalloc: calling the program's new-handler, or its
- * own operator new, from the nothrow forms of operator new, which must return NULL when that
- * throws (the standard has them behave as if they called the throwing form inside a try
- * block), and may not let the exception out: their callers are compiled as noexcept, so an
- * escaping bad_alloc ends the program in std::terminate.
+ * own operator new (plain or aligned), from the nothrow forms of operator new, which must
+ * return NULL when that throws (the standard has them behave as if they called the throwing
+ * form inside a try block), and may not let the exception out: their callers are compiled as
+ * noexcept, so an escaping bad_alloc ends the program in std::terminate.
  *
  * The C++ runtime symbols this needs (__gxx_personality_v0, __cxa_begin_catch,
  * __cxa_end_catch) are made weak when the object is built (Makefile: objcopy), so a C program
@@ -32,24 +32,23 @@ bool cm_call_new_handler_nothrow(cm_new_handler handler)
     }
 }
 
-/* new_fn(size), a program's own operator new, or NULL when it throws: the nothrow news'
- * default (operator_new.c). */
-void *cm_call_new_nothrow(void *(*new_fn)(size_t), size_t size)
+/* new_fn(args...), a program's own operator new (plain or aligned), or NULL when it throws:
+ * the nothrow news' default (operator_new.c). */
+template <class... Args> static void *new_nothrow(void *(*new_fn)(Args...), Args... args)
 {
     try {
-        return new_fn(size);
+        return new_fn(args...);
     } catch (...) {
         return nullptr;
     }
 }
 
-/* new_fn(size, alignment), a program's own aligned operator new, or NULL when it throws: the
- * aligned nothrow news' default (operator_new.c). */
+void *cm_call_new_nothrow(void *(*new_fn)(size_t), size_t size)
+{
+    return new_nothrow(new_fn, size);
+}
+
 void *cm_call_new_aligned_nothrow(void *(*new_fn)(size_t, size_t), size_t size, size_t alignment)
 {
-    try {
-        return new_fn(size, alignment);
-    } catch (...) {
-        return nullptr;
-    }
+    return new_nothrow(new_fn, size, alignment);
 }

@@ -12,7 +12,8 @@
  * where it must throw.
  *
  * They are C++'s default operators: where the program has its own operator new or delete, the
- * defaults that call those call the program's (the sections below say which, and how).
+ * defaults that call those call the program's (the sections below say which, and how), and in
+ * the static archive's copy they are weak, so that the program's own win the link.
  *
  * Left out of the sanitizer builds (CM_PREFIX), which keep the C++ runtime's own operators.
  */
@@ -231,11 +232,16 @@ static cm_delete_fn program_delete(cm_family family)
                                           (cm_operator)cm_own_delete);
 }
 
+/* Whether p is memory of the program's own: in no span of cmalloc's and no guard slot. */
+static bool program_memory(const void *p)
+{
+    return p != NULL && cm_span_of(p) == NULL && !cm_guard_owns(p);
+}
+
 static void delete_slow(void *p, size_t size, cm_family family, const char *name)
 {
     cm_delete_fn program;
-    if (p != NULL && cm_span_of(p) == NULL && !cm_guard_owns(p) &&
-        (program = program_delete(family)) != NULL) {
+    if (program_memory(p) && (program = program_delete(family)) != NULL) {
         program(p);
         return;
     }
@@ -271,7 +277,7 @@ extern void cm_own_delete_array_aligned(void *p, size_t alignment)
 static CM_COLD void delete_aligned_with(cm_delete_aligned_fn program, void *p, size_t size,
                                         size_t alignment, cm_family family)
 {
-    if (p != NULL && cm_span_of(p) == NULL && !cm_guard_owns(p))
+    if (program_memory(p))
         program(p, alignment);
     else
         cm_free_slow(p, size, family, delete_name_of(family));
