@@ -232,16 +232,40 @@ static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
     return info->objects - span->used - (uint32_t)((size_t)(span->limit - span->bump) / info->size);
 }
 
+/* A span whose every object came back, each carved before, becomes the taking owner's empty
+ * fresh run again, from its start: its objects go out in address order with no link written,
+ * as a fresh span's would, without the trip through the page heap and the fill that would cut
+ * it again (producer/consumer returns a span whole to its owner every 128 objects of 64
+ * bytes: `build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100 --threads 1` took 611K
+ * spans from the page heap in its 1.2 s before). */
+static void span_rerun_locked(central *c, cm_span *span, const cm_class_info *info,
+                              cm_fresh_run *fresh, unsigned owner)
+{
+    CM_ASSERT(span->used == 0 && span->bump == span->limit && fresh->next == fresh->end);
+    if (span->listed)
+        span_list_remove(c, span);
+    span->free_objects = NULL;
+    fresh->next = (char *)cm_span_start(span);
+    fresh->end = span->limit;
+    fresh->size = info->size;
+    span_add_used(span, info->objects);
+    c->objects_out += info->objects;
+    if (cm_pagemap_owner(fresh->next) != owner) /* a spare another fill took meanwhile */
+        cm_pagemap_set_owner(span, owner);
+}
+
 /* Gives back the runs an owner took from its mailbox (internal.h, "runs": count objects of
  * size_class in all), each spliced onto its span's list by its header, with no object walked:
- * only heads and last objects are touched. A span whose every object came back goes to the
- * page heap, to be cut again from its start (a fill then hands its objects out in address
+ * only heads and last objects are touched. The first span whose every object came back becomes
+ * *fresh when that is an empty run (span_rerun_locked; NULL: none), owner's; another goes to
+ * the page heap, to be cut again from its start (a fill then hands its objects out in address
  * order, as a fresh run or carved links, instead of a chain of objects another core wrote
  * last); a span that was full is listed again only once a 1/CM_SPAN_WAKE_DIVISOR of it is
  * free, so that the fills that follow cut never-used objects instead of taking a few returned
  * ones at a time while the rest of the span is still on its way home. A header that does not
  * add up is reported as list corruption. */
-void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
+void cm_central_take_runs(unsigned size_class, void *run, uint32_t count, cm_fresh_run *fresh,
+                          unsigned owner)
 {
     central *c = &centrals[size_class];
     const cm_class_info *info = &cm_classes[size_class];
@@ -266,7 +290,10 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count)
         span_add_used(span, -(int64_t)n);
         c->objects_out -= n;
         count -= n;
-        if (span->used == 0 || (!span->listed && span_free_count(span, info) >= wake))
+        if (span->used == 0 && span->bump == span->limit && fresh != NULL &&
+            fresh->next == fresh->end)
+            span_rerun_locked(c, span, info, fresh, owner);
+        else if (span->used == 0 || (!span->listed && span_free_count(span, info) >= wake))
             span_settle_locked(c, span);
         run = next;
     }

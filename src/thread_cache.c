@@ -42,8 +42,9 @@
  * to the central cache as before (a list making room for a free keeps that rest when it is
  * less than a batch; after a list of mostly its own, the next few go unsorted). An allocation
  * miss takes the mailbox of its class, whole, before it asks the central cache: long runs (and
- * more than a list holds, which only posts of long runs may leave there) go back to their spans
- * and the fill that follows asks for up to CM_FILL_BYTES, cutting what came back whole anew (a
+ * more than a list holds, which only posts of long runs may leave there) go back to their spans,
+ * the first span that came back whole becoming the class's fresh run again from its start, or
+ * else the fill that follows asks for up to CM_FILL_BYTES, cutting what came back whole anew (a
  * fresh run, or carved links); short ones (and the 16-byte class's) become the list as they
  * are, and a mailbox with plain posts the inbox (see "inboxes" below). An idle list's
  * mailbox goes to the central cache with it. Exit and the orphan sweep close the mailboxes,
@@ -594,7 +595,7 @@ static void give_back_mailbox(unsigned slot, unsigned size_class)
     bool plain;
     void *list = cm_remote_take(slot, size_class, &count, &plain);
     if (count > 0 && !plain && cm_class_has_run_headers(size_class))
-        cm_central_take_runs(size_class, list, count);
+        cm_central_take_runs(size_class, list, count, NULL, 0);
     else if (count > 0)
         cm_central_flush(size_class, list, count);
 }
@@ -782,15 +783,16 @@ void *cm_thread_cache_inbox_pop(cm_fresh_run *run)
     return object;
 }
 
-/* On an allocation miss: the mailbox of the empty list's class, whole. When it holds more
- * than a list may, or its runs are long (CM_RUN_LONG objects on average, by their headers) in a
- * class whose spans hold CM_RUN_SPAN_OBJECTS or more, they go back to their spans, and the fill
- * that follows carves what came back whole, writing its links in order; else (and in the
- * 16-byte class) it becomes the list as it is (the list grows to hold it; the budget is kept
- * after the pop, as after a fill). A stack with a plain post in it (remote.c) has no headers:
- * it becomes the inbox (the list in the 16-byte class), or goes to the central cache when it
- * holds more than a list may (a post of long runs onto it). True when it became the list or
- * the inbox. */
+/* On an allocation miss (the class's list, run and inbox empty): the mailbox of the class,
+ * whole. When it holds more than a list may, or its runs are long (CM_RUN_LONG objects on
+ * average, by their headers) in a class whose spans hold CM_RUN_SPAN_OBJECTS or more, they go
+ * back to their spans, and the first span that came back whole becomes the class's fresh run
+ * (central_cache.c's span_rerun_locked), or else the fill that follows carves what came back;
+ * else (and in the 16-byte class) it becomes the list as it is (the list grows to hold it; the
+ * budget is kept after the pop, as after a fill). A stack with a plain post in it (remote.c)
+ * has no headers: it becomes the inbox (the list in the 16-byte class), or goes to the central
+ * cache when it holds more than a list may (a post of long runs onto it). True when it became
+ * the list or the inbox, or a span the run. */
 static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
 {
     uint32_t count;
@@ -804,8 +806,9 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
         (count > list_cap(size_class) ||
          (cm_classes[size_class].objects >= CM_RUN_SPAN_OBJECTS &&
           cm_remote_runs_long(size_class, mail, count)))) {
-        cm_central_take_runs(size_class, mail, count);
-        return false;
+        cm_fresh_run *run = &cache->runs[size_class];
+        cm_central_take_runs(size_class, mail, count, run, cache->slot);
+        return run->next != run->end;
     }
     if (count > list_cap(size_class)) { /* a long-run post onto a plain one: no headers */
         cm_central_flush(size_class, mail, count);

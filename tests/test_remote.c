@@ -526,7 +526,8 @@ static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **st
 
 /* Another thread frees whole spans of this thread's blocks, in the order they were carved:
  * when this thread's next miss takes its mailbox, the runs go back to their spans without a
- * walk, and the spans that came back whole return to the page heap. */
+ * walk, the first span that came back whole is handed out again from its start, as the
+ * class's fresh run (no fill, no new span), and the others return to the page heap. */
 #define WHOLE_SIZE 64
 #define WHOLE      2048
 static void *whole[WHOLE];
@@ -538,7 +539,7 @@ static void *free_whole(void *arg) /* arg: how many, from the first */
     return NULL;
 }
 
-static void spans_that_come_back_whole_return_to_the_page_heap(void **state)
+static void spans_that_come_back_whole_are_handed_out_again_or_freed(void **state)
 {
     (void)state;
     unsigned c = cm_size_class(WHOLE_SIZE);
@@ -557,10 +558,48 @@ static void spans_that_come_back_whole_return_to_the_page_heap(void **state)
     printf("whole spans: %zu of the %zu spans of %d blocks of %d B back in the page heap\n",
            spans_back, WHOLE * (size_t)WHOLE_SIZE / span_bytes, WHOLE, WHOLE_SIZE);
     assert_int_equal(mailbox_count(c), 0);
-    /* all but the first (shared with earlier blocks) and the one the fill took */
+    /* all but the first (shared with earlier blocks) and the one handed out again */
     assert_true(spans_back + 2 >= WHOLE * (size_t)WHOLE_SIZE / span_bytes);
     assert_true(cm_heap_check());
     free(next);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    assert_int_equal(held_out(c), before);
+}
+
+/* The take itself, with an empty fresh run to fill: the first span that came back whole
+ * becomes the run, from its start to its end, still the taker's and counted out, where without
+ * a run every whole span goes to the page heap (the fill after would cut one again). */
+static void a_span_back_whole_becomes_the_empty_run(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(WHOLE_SIZE), slot = cm_thread_cache_current->slot;
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = allocate_before_a_miss(WHOLE_SIZE, whole, WHOLE, keep);
+    on_another_thread(free_whole, (void *)(intptr_t)WHOLE);
+    uint32_t count;
+    bool plain;
+    void *mail = cm_remote_take(slot, c, &count, &plain);
+    assert_int_equal(count, WHOLE);
+    assert_false(plain);
+    cm_fresh_run run = {0};
+    cm_central_take_runs(c, mail, count, &run, slot);
+    assert_true(run.next != run.end);
+    cm_span *span = cm_span_of(run.next);
+    bool came_back = false;
+    for (unsigned i = 0; i < WHOLE; i++)
+        came_back |= cm_span_of(whole[i]) == span;
+    assert_true(came_back);
+    assert_int_equal(span->state, CM_SPAN_SMALL);
+    assert_ptr_equal(run.next, cm_span_start(span));
+    assert_ptr_equal(run.end, span->limit);
+    assert_int_equal(run.size, WHOLE_SIZE);
+    assert_int_equal(span->used, cm_classes[c].objects);
+    assert_int_equal(cm_pagemap_owner(run.next), slot);
+    assert_true(cm_heap_check());
+    for (void *object; (object = cm_fresh_run_take(&run)) != NULL;) /* out, then freed */
+        free(object);
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
     assert_int_equal(held_out(c), before);
@@ -769,7 +808,7 @@ static void corrupt_a_run_header(void *arg)
     void *mail = take_64_sent_home(&count);
     announce(mail);
     ((uintptr_t *)mail)[2] ^= (uintptr_t)1 << 20; /* the run's last object moves */
-    cm_central_take_runs(cm_size_class(WHOLE_SIZE), mail, count);
+    cm_central_take_runs(cm_size_class(WHOLE_SIZE), mail, count, NULL, 0);
 }
 
 static void a_corrupted_run_header_is_reported(void **state)
@@ -787,7 +826,7 @@ static void point_a_run_header_away(void *arg)
     void *mail = take_64_sent_home(&count), *away = (void *)(uintptr_t)0x10000;
     announce(away);
     cm_run_set_next(mail, away);
-    cm_central_take_runs(cm_size_class(WHOLE_SIZE), mail, count);
+    cm_central_take_runs(cm_size_class(WHOLE_SIZE), mail, count, NULL, 0);
 }
 
 static void a_run_header_pointing_away_is_reported(void **state)
@@ -1746,7 +1785,8 @@ int main(void)
         cmocka_unit_test(a_mailbox_counts_past_15_bits),
         cmocka_unit_test(an_idle_class_mailbox_is_given_back),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
-        cmocka_unit_test(spans_that_come_back_whole_return_to_the_page_heap),
+        cmocka_unit_test(spans_that_come_back_whole_are_handed_out_again_or_freed),
+        cmocka_unit_test(a_span_back_whole_becomes_the_empty_run),
         cmocka_unit_test(short_runs_become_the_list),
         cmocka_unit_test(long_runs_of_small_spans_become_the_list),
         cmocka_unit_test(a_corrupted_run_header_is_reported),
