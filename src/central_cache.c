@@ -19,6 +19,9 @@
  *                    class idle, shares them. A fill takes a span as its own only when it asks
  *                    for CM_CLAIM_FILL objects or more.
  *
+ * Spans handed back whole: a span whose every object comes back in its owner's mailbox take
+ * becomes the owner's fresh run (or spare run) again, its objects still counted out, without
+ * the page heap; by itself a whole run needs no lock (see the section of that name).
  * Callers: thread_cache.c (fill on a miss, as a list or with a fresh run of never-used objects
  * first, flush on overflow or thread exit, one object at a time for a thread whose cache is
  * gone, the runs of a mailbox, a span's local list), alloc.c (drain before a retry when the OS
@@ -232,44 +235,114 @@ static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
     return info->objects - span->used - (uint32_t)((size_t)(span->limit - span->bump) / info->size);
 }
 
-/* A span whose every object came back, each carved before, becomes the taking owner's empty
- * fresh run again, from its start: its objects go out in address order with no link written,
- * as a fresh span's would, without the trip through the page heap and the fill that would cut
- * it again (producer/consumer returns a span whole to its owner every 128 objects of 64
- * bytes: `build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100 --threads 1` took 611K
- * spans from the page heap in its 1.2 s before). */
-static void span_rerun_locked(central *c, cm_span *span, const cm_class_info *info,
-                              cm_fresh_run *fresh, unsigned owner)
+/* ---- spans handed back whole to their owner ------------------------------------------------
+ * A span whose every object came back to its owner's mailbox, each carved before, becomes the
+ * owner's empty fresh run again, from its start, or else its spare (the run after: thread_cache.c
+ * keeps one a class): its objects go out in address order with no link written, as a fresh
+ * span's would, without the trip through the page heap and the fill that would cut it again
+ * (producer/consumer returns a span whole to its owner every 128 objects of 64 bytes:
+ * `build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100 --threads 1` took 611K spans
+ * from the page heap in its 1.2 s before). The span stays counted out: its objects go from the
+ * mailbox to the run as they are (their links and marks stale; a run hands each out with its
+ * mark cleared). A run that is a whole span by itself needs no lock (take_whole_spans); one
+ * whose span came back whole over several runs is found under the lock (span_rerun_locked). */
+
+/* Whether an owner's take has room for a span handed back whole: an empty run, or no spare. */
+static bool rerun_room(const cm_fresh_run *fresh, char *const *spare)
 {
-    CM_ASSERT(span->used == 0 && span->bump == span->limit && fresh->next == fresh->end);
+    return fresh != NULL && (fresh->next == fresh->end || *spare == NULL);
+}
+
+/* The span becomes owner's fresh run if that is empty, else its spare. */
+static void rerun(cm_span *span, const cm_class_info *info, cm_fresh_run *fresh, char **spare,
+                  unsigned owner)
+{
+    char *start = cm_span_start(span);
+    if (fresh->next == fresh->end) {
+        fresh->next = start;
+        fresh->end = span->limit;
+        fresh->size = info->size;
+    } else {
+        *spare = start;
+    }
+    if (cm_pagemap_owner(start) != owner) /* a spare another fill took meanwhile */
+        cm_pagemap_set_owner(span, owner);
+}
+
+/* A span whose runs all came back (used 0), every object once carved, handed back whole. */
+static void span_rerun_locked(central *c, cm_span *span, const cm_class_info *info,
+                              cm_fresh_run *fresh, char **spare, unsigned owner)
+{
+    CM_ASSERT(span->used == 0 && span->bump == span->limit && rerun_room(fresh, spare));
     if (span->listed)
         span_list_remove(c, span);
     span->free_objects = NULL;
-    fresh->next = (char *)cm_span_start(span);
-    fresh->end = span->limit;
-    fresh->size = info->size;
     span_add_used(span, info->objects);
     c->objects_out += info->objects;
-    if (cm_pagemap_owner(fresh->next) != owner) /* a spare another fill took meanwhile */
-        cm_pagemap_set_owner(span, owner);
+    rerun(span, info, fresh, spare, owner);
+}
+
+/* Whether run (a run's head, a free object of the class: n objects, the last last) holds every
+ * object of its span, all of them carved and out, and the span is on no list: then no other
+ * thread can reach it (its objects are all the caller's, no fill finds it) and it is the
+ * caller's to hand out again, with no lock. Checked as the loop under the lock checks a run; a
+ * run that fails is left to it. */
+static bool run_is_whole_span(unsigned size_class, void *run, uint32_t n, const void *last)
+{
+    const cm_class_info *info = &cm_classes[size_class];
+    if (n != info->objects)
+        return false;
+    const cm_span *span = cm_span_of(run);
+    const uintptr_t start = (uintptr_t)cm_span_start(span);
+    return (uintptr_t)last - start < (uintptr_t)info->objects * info->size &&
+           ((uintptr_t)last - start) % info->size == 0 && cm_object_is_free(last) &&
+           __atomic_load_n(&span->used, __ATOMIC_RELAXED) == info->objects &&
+           __atomic_load_n(&span->bump, __ATOMIC_RELAXED) == span->limit && !span->listed &&
+           span->free_objects == NULL;
+}
+
+/* The leading runs of a mailbox take (count objects) that are whole spans by themselves
+ * (run_is_whole_span) are handed back while the take has room for them (rerun_room), with no
+ * lock. Returns the rest of the take, *count lowered. Consumers post runs that end with their
+ * span (thread_cache.c, "outboxes"), so producer/consumer's takes are almost all whole spans. */
+static void *take_whole_spans(unsigned size_class, void *run, uint32_t *count,
+                              cm_fresh_run *fresh, char **spare, unsigned owner)
+{
+    while (run != NULL && rerun_room(fresh, spare) && cm_is_free_object_of(size_class, run)) {
+        uint32_t n;
+        void *last;
+        void *next = cm_run_header(run, &n, &last);
+        if (n > *count || !run_is_whole_span(size_class, run, n, last))
+            break;
+        rerun(cm_span_of(run), &cm_classes[size_class], fresh, spare, owner);
+        *count -= n;
+        run = next;
+    }
+    return run;
 }
 
 /* Gives back the runs an owner took from its mailbox (internal.h, "runs": count objects of
  * size_class in all), each spliced onto its span's list by its header, with no object walked:
- * only heads and last objects are touched. The first span whose every object came back becomes
- * *fresh when that is an empty run (span_rerun_locked; NULL: none), owner's; another goes to
- * the page heap, to be cut again from its start (a fill then hands its objects out in address
- * order, as a fresh run or carved links, instead of a chain of objects another core wrote
- * last); a span that was full is listed again only once a 1/CM_SPAN_WAKE_DIVISOR of it is
- * free, so that the fills that follow cut never-used objects instead of taking a few returned
- * ones at a time while the rest of the span is still on its way home. A header that does not
- * add up is reported as list corruption. */
+ * only heads and last objects are touched. Spans whose every object came back are handed back
+ * whole to owner, as *fresh and *spare have room (NULL: none; "spans handed back whole",
+ * above); another goes to the page heap, to be cut again from its start (a fill then hands
+ * its objects out in address order, as a fresh run or carved links, instead of a chain of
+ * objects another core wrote last); a span that was full is listed again only once a
+ * 1/CM_SPAN_WAKE_DIVISOR of it is free, so that the fills that follow cut never-used objects
+ * instead of taking a few returned ones at a time while the rest of the span is still on its
+ * way home. A header that does not add up is reported as list corruption. */
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count, cm_fresh_run *fresh,
-                          unsigned owner)
+                          char **spare, unsigned owner)
 {
     central *c = &centrals[size_class];
     const cm_class_info *info = &cm_classes[size_class];
     const uint32_t wake = (info->objects + CM_SPAN_WAKE_DIVISOR - 1) / CM_SPAN_WAKE_DIVISOR;
+    void *const mail = run;
+    if ((run = take_whole_spans(size_class, run, &count, fresh, spare, owner)) == NULL) {
+        if (count != 0)
+            cm_report_corrupt_list(mail);
+        return;
+    }
     void *const first = run;
     cm_lock_acquire(&c->lock);
     while (run != NULL) {
@@ -290,15 +363,30 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count, cm_fre
         span_add_used(span, -(int64_t)n);
         c->objects_out -= n;
         count -= n;
-        if (span->used == 0 && span->bump == span->limit && fresh != NULL &&
-            fresh->next == fresh->end)
-            span_rerun_locked(c, span, info, fresh, owner);
+        if (span->used == 0 && span->bump == span->limit && rerun_room(fresh, spare))
+            span_rerun_locked(c, span, info, fresh, spare, owner);
         else if (span->used == 0 || (!span->listed && span_free_count(span, info) >= wake))
             span_settle_locked(c, span);
         run = next;
     }
     if (count != 0)
         cm_report_corrupt_list(first);
+    cm_lock_release(&c->lock);
+}
+
+/* Takes back a whole span a thread cache kept for a later fresh run (take_whole_spans), none
+ * of its objects handed out: it goes to the page heap. */
+void cm_central_take_span(char *start)
+{
+    cm_span *span = cm_span_of(start);
+    central *c = &centrals[span->size_class];
+    const uint32_t objects = cm_classes[span->size_class].objects;
+    cm_lock_acquire(&c->lock);
+    CM_ASSERT(span->state == CM_SPAN_SMALL && span->used == objects && !span->listed &&
+              span->free_objects == NULL && start == cm_span_start(span));
+    span_add_used(span, -(int64_t)objects);
+    c->objects_out -= objects;
+    span_settle_locked(c, span);
     cm_lock_release(&c->lock);
 }
 

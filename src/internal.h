@@ -228,7 +228,8 @@ unsigned cm_central_fill_fresh(unsigned size_class, unsigned count, void **head,
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count, cm_fresh_run *fresh,
-                          unsigned owner);
+                          char **spare, unsigned owner);
+void cm_central_take_span(char *start);
 void cm_central_take_local(cm_span *span, void *object);
 void cm_central_own(unsigned slot);
 void cm_central_park(unsigned slot);

@@ -160,11 +160,12 @@ static uint32_t run_objects(const cm_thread_cache *cache, unsigned size_class)
 }
 
 /* Objects of size_class the cache holds beside its list: on local lists, in the outbox, the
- * fresh run and the inbox. */
+ * fresh run, the inbox and the spare run. */
 static uint32_t held_beside_list(const cm_thread_cache *cache, unsigned size_class)
 {
     return cache->local_objects[size_class] + cache->outboxes[size_class].chain.count +
-           run_objects(cache, size_class) + cache->runs[size_class].inbox_count;
+           run_objects(cache, size_class) + cache->runs[size_class].inbox_count +
+           (cache->spare_runs[size_class] != NULL ? cm_classes[size_class].objects : 0);
 }
 
 /* Whether the cache holds nothing of size_class, counts nothing of it as published and its
@@ -267,6 +268,10 @@ static void run_give_back(cm_thread_cache *cache, unsigned size_class)
         run->inbox = NULL;
         run->inbox_count = 0;
     }
+    if (cache->spare_runs[size_class] != NULL) {
+        cm_central_take_span(cache->spare_runs[size_class]);
+        cache->spare_runs[size_class] = NULL;
+    }
     uint32_t count = run_objects(cache, size_class);
     if (count == 0)
         return;
@@ -280,6 +285,14 @@ static bool run_valid(const cm_thread_cache *cache, unsigned size_class)
     const cm_fresh_run *run = &cache->runs[size_class];
     if ((run->inbox == NULL) != (run->inbox_count == 0) ||
         !cm_object_list_valid(size_class, run->inbox, run->inbox_count))
+        return false;
+    const char *spare = cache->spare_runs[size_class];
+    const cm_span *spare_span = spare != NULL ? cm_span_of(spare) : NULL;
+    if (spare != NULL &&
+        (spare_span == NULL || spare_span->state != CM_SPAN_SMALL ||
+         spare_span->size_class != size_class || spare != cm_span_start(spare_span) ||
+         spare_span->used != cm_classes[size_class].objects || spare_span->listed ||
+         spare_span->bump != spare_span->limit))
         return false;
     if (run->next == run->end)
         return true;
@@ -457,8 +470,15 @@ static bool local_lists_valid(const cm_thread_cache *cache, unsigned size_class)
  * runs were short (fewer than CM_RUN_LONG objects on average), the next CM_PLAIN_POSTS chains
  * are plain (remote.c, "plain posts"), pushed by the fast path whatever their span, and the
  * one after measures the runs again.
+ * A post ends where a run does, in the classes whose mailboxes go back to their spans
+ * (CM_RUN_SPAN_OBJECTS or more objects a span: take_mailbox): a full outbox whose newest run's
+ * span goes on takes up to twice as many objects (most doubled until the post) while its runs
+ * are long (CM_RUN_LONG objects on average), so that the runs of a consumer that frees a
+ * span's objects together are whole spans, which their owner hands out again with no lock
+ * (central_cache.c's take_whole_spans).
  * Invariant: an outbox collecting for no owner is empty; one collecting holds count objects
- * of its class on a NULL-terminated chain from top, count <= most == outbox_most. */
+ * of its class on a NULL-terminated chain from top, count <= most, most outbox_most or twice
+ * it. */
 static uint32_t outbox_most(unsigned size_class)
 {
     const size_t size = cm_classes[size_class].size;
@@ -516,7 +536,14 @@ void cm_thread_cache_free_remote(const cm_span *span, void *object, unsigned siz
 {
     cm_thread_cache *cache = cm_thread_cache_current;
     cm_outbox *box = &cache->outboxes[size_class];
-    if (box->chain.count >= box->most)
+    const uint32_t most = outbox_most(size_class);
+    const bool run_goes_on = cm_classes[size_class].objects >= CM_RUN_SPAN_OBJECTS &&
+                             !box->chain.plain && box->chain.count > 0 &&
+                             box->chain.run_span == (uintptr_t)span &&
+                             box->chain.count >= CM_RUN_LONG * box->chain.runs;
+    if (run_goes_on && box->most == most)
+        box->most = 2 * most; /* the post ends with the run's span, up to twice its size */
+    else if (box->chain.count >= box->most || (box->chain.count >= most && !run_goes_on))
         outbox_post(cache, size_class);
     if (cache->outbox_slot[size_class] == CM_NO_OWN_SLOT) {
         cm_thread_cache_free_slow(object, size_class);
@@ -533,7 +560,8 @@ static bool outbox_valid(const cm_thread_cache *cache, unsigned size_class)
     const cm_outbox *box = &cache->outboxes[size_class];
     if (cache->outbox_slot[size_class] == CM_NO_OWN_SLOT)
         return box->chain.count == 0;
-    return box->most == outbox_most(size_class) && box->chain.count <= box->most &&
+    const uint32_t most = outbox_most(size_class);
+    return (box->most == most || box->most == 2 * most) && box->chain.count <= box->most &&
            (!box->chain.plain || (box->plain_posts > 0 && box->chain.runs == 0)) &&
            cm_object_list_valid(size_class, box->chain.top, box->chain.count);
 }
@@ -595,7 +623,7 @@ static void give_back_mailbox(unsigned slot, unsigned size_class)
     bool plain;
     void *list = cm_remote_take(slot, size_class, &count, &plain);
     if (count > 0 && !plain && cm_class_has_run_headers(size_class))
-        cm_central_take_runs(size_class, list, count, NULL, 0);
+        cm_central_take_runs(size_class, list, count, NULL, NULL, 0);
     else if (count > 0)
         cm_central_flush(size_class, list, count);
 }
@@ -783,6 +811,22 @@ void *cm_thread_cache_inbox_pop(cm_fresh_run *run)
     return object;
 }
 
+/* On an allocation miss (the class's list, run and inbox empty): the whole span a mailbox
+ * take kept (central_cache.c's take_whole_spans) becomes the fresh run, with no lock. */
+static bool take_spare(cm_thread_cache *cache, unsigned size_class)
+{
+    char *start = cache->spare_runs[size_class];
+    if (start == NULL)
+        return false;
+    const cm_class_info *info = &cm_classes[size_class];
+    cm_fresh_run *run = &cache->runs[size_class];
+    run->next = start;
+    run->end = start + (size_t)info->objects * info->size;
+    run->size = (uint32_t)info->size;
+    cache->spare_runs[size_class] = NULL;
+    return true;
+}
+
 /* On an allocation miss (the class's list, run and inbox empty): the mailbox of the class,
  * whole. When it holds more than a list may, or its runs are long (CM_RUN_LONG objects on
  * average, by their headers) in a class whose spans hold CM_RUN_SPAN_OBJECTS or more, they go
@@ -807,7 +851,8 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
          (cm_classes[size_class].objects >= CM_RUN_SPAN_OBJECTS &&
           cm_remote_runs_long(size_class, mail, count)))) {
         cm_fresh_run *run = &cache->runs[size_class];
-        cm_central_take_runs(size_class, mail, count, run, cache->slot);
+        cm_central_take_runs(size_class, mail, count, run, &cache->spare_runs[size_class],
+                             cache->slot);
         return run->next != run->end;
     }
     if (count > list_cap(size_class)) { /* a long-run post onto a plain one: no headers */
@@ -1358,7 +1403,8 @@ void *cm_thread_cache_alloc_slow(unsigned size_class)
     cm_free_list *list = &cache->lists[size_class];
     cm_fresh_run *run = &cache->runs[size_class];
     if (list->head == NULL && run_objects(cache, size_class) == 0 && run->inbox == NULL &&
-        !take_local(cache, size_class) && !take_mailbox(cache, size_class)) {
+        !take_local(cache, size_class) && !take_spare(cache, size_class) &&
+        !take_mailbox(cache, size_class)) {
         uint64_t now = cm_os_now_ms();
         release_idle_lists(cache, now);
         grow(cache, size_class);

@@ -194,6 +194,8 @@ typedef struct cm_thread_cache {
     uint16_t outbox_slot[CM_CLASSES_MAX]; /* the owner each class's outbox collects for;
                                              CM_NO_OWN_SLOT: none */
     cm_outbox outboxes[CM_CLASSES_MAX];
+    char *spare_runs[CM_CLASSES_MAX]; /* each class's whole span (its start) kept for the fresh
+                                         run after the current one (thread_cache.c); NULL: none */
     cm_fresh_run runs[CM_CLASSES_MAX];
 } cm_thread_cache;
 _Static_assert(sizeof(cm_fresh_run) == sizeof(cm_free_list),
