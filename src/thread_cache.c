@@ -43,9 +43,10 @@
  * less than a batch; after a list of mostly its own, the next few go unsorted). An allocation
  * miss takes the mailbox of its class, whole, before it asks the central cache: long runs (and
  * more than a list holds, which only posts of long runs may leave there) go back to their spans,
- * the first span that came back whole becoming the class's fresh run again from its start, or
- * else the fill that follows asks for up to CM_FILL_BYTES, cutting what came back whole anew (a
- * fresh run, or carved links); short ones (and the 16-byte class's) become the list as they
+ * the spans that came back whole becoming the class's fresh run and spare run again from their
+ * start (with no lock when a run is a whole span by itself), or else the fill that follows
+ * asks for up to CM_FILL_BYTES, cutting what came back whole anew (a fresh run, or carved
+ * links); short ones (and the 16-byte class's) become the list as they
  * are, and a mailbox with plain posts the inbox (see "inboxes" below). An idle list's
  * mailbox goes to the central cache with it. Exit and the orphan sweep close the mailboxes,
  * give back what they held and park the slot, with its spans, for the next cache that frees
@@ -827,11 +828,12 @@ static bool take_spare(cm_thread_cache *cache, unsigned size_class)
     return true;
 }
 
-/* On an allocation miss (the class's list, run and inbox empty): the mailbox of the class,
- * whole. When it holds more than a list may, or its runs are long (CM_RUN_LONG objects on
- * average, by their headers) in a class whose spans hold CM_RUN_SPAN_OBJECTS or more, they go
- * back to their spans, and the first span that came back whole becomes the class's fresh run
- * (central_cache.c's span_rerun_locked), or else the fill that follows carves what came back;
+/* On an allocation miss (the class's list, run, inbox and spare run empty): the mailbox of the
+ * class, whole. When it holds more than a list may, or its runs are long (CM_RUN_LONG objects
+ * on average, by their headers) in a class whose spans hold CM_RUN_SPAN_OBJECTS or more, they
+ * go back to their spans, and the first two spans that came back whole become the class's
+ * fresh run and spare run (central_cache.c, "spans handed back whole"), or else the fill that
+ * follows carves what came back;
  * else (and in the 16-byte class) it becomes the list as it is (the list grows to hold it; the
  * budget is kept after the pop, as after a fill). A stack with a plain post in it (remote.c)
  * has no headers: it becomes the inbox (the list in the 16-byte class), or goes to the central
@@ -1647,7 +1649,8 @@ void cm_latest_free_note(cm_latest_free table[CM_LATEST_FREES], const void *bloc
 void cm_latest_free_fork_child(cm_latest_free table[CM_LATEST_FREES])
 {
     for (size_t i = 0; i < CM_LATEST_FREES; i++) {
-        table[i].left_behind = table[i].block != NULL && table[i].thread != (uintptr_t)&thread_state;
+        table[i].left_behind =
+            table[i].block != NULL && table[i].thread != (uintptr_t)&thread_state;
         if (!table[i].left_behind)
             table[i].block = NULL;
     }
