@@ -258,13 +258,10 @@ static void rerun(cm_span *span, const cm_class_info *info, cm_fresh_run *fresh,
                   unsigned owner)
 {
     char *start = cm_span_start(span);
-    if (fresh->next == fresh->end) {
-        fresh->next = start;
-        fresh->end = span->limit;
-        fresh->size = info->size;
-    } else {
+    if (fresh->next == fresh->end)
+        cm_fresh_run_start(fresh, start, info->objects, info->size);
+    else
         *spare = start;
-    }
     if (cm_pagemap_owner(start) != owner) /* a spare another fill took meanwhile */
         cm_pagemap_set_owner(span, owner);
 }
@@ -282,6 +279,15 @@ static void span_rerun_locked(central *c, cm_span *span, const cm_class_info *in
     rerun(span, info, fresh, spare, owner);
 }
 
+/* Whether last, a run's last object by its header, is a free object of the span from start
+ * (the run's head's): a header is free memory, which a stray write may have changed. */
+static bool run_last_valid(const cm_class_info *info, uintptr_t start, const void *last)
+{
+    const uintptr_t offset = (uintptr_t)last - start;
+    return offset < (uintptr_t)info->objects * info->size && offset % info->size == 0 &&
+           cm_object_is_free(last);
+}
+
 /* Whether run (a run's head, a free object of the class: n objects, the last last) holds every
  * object of its span, all of them carved and out, and the span is on no list: then no other
  * thread can reach it (its objects are all the caller's, no fill finds it) and it is the
@@ -293,9 +299,7 @@ static bool run_is_whole_span(unsigned size_class, void *run, uint32_t n, const 
     if (n != info->objects)
         return false;
     const cm_span *span = cm_span_of(run);
-    const uintptr_t start = (uintptr_t)cm_span_start(span);
-    return (uintptr_t)last - start < (uintptr_t)info->objects * info->size &&
-           ((uintptr_t)last - start) % info->size == 0 && cm_object_is_free(last) &&
+    return run_last_valid(info, (uintptr_t)cm_span_start(span), last) &&
            __atomic_load_n(&span->used, __ATOMIC_RELAXED) == info->objects &&
            __atomic_load_n(&span->bump, __ATOMIC_RELAXED) == span->limit && !span->listed &&
            span->free_objects == NULL;
@@ -354,9 +358,7 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count, cm_fre
         uintptr_t start = (uintptr_t)cm_span_start(span);
         uint32_t n;
         void *last, *next = cm_run_header(run, &n, &last);
-        if (n == 0 || n > count || n > span->used ||
-            (uintptr_t)last - start >= (uintptr_t)info->objects * info->size ||
-            ((uintptr_t)last - start) % info->size != 0 || !cm_object_is_free(last))
+        if (n == 0 || n > count || n > span->used || !run_last_valid(info, start, last))
             cm_report_corrupt_list(run);
         cm_link_relink(last, span->free_objects);
         span->free_objects = run;
@@ -536,11 +538,9 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
     uint32_t carve = carve_count(span, info, taken < want ? want - taken : 0);
     if (span->released && carve > 0)
         populate_carved(span, info, carve);
-    if (run != NULL && run->next == run->end && taken == 0 && *list == NULL) {
-        run->next = span->bump;
-        run->end = span->bump + (size_t)carve * info->size;
-        run->size = info->size;
-    } else
+    if (run != NULL && run->next == run->end && taken == 0 && *list == NULL)
+        cm_fresh_run_start(run, span->bump, carve, info->size);
+    else
         *list = cm_link_carved(span->bump, info->size, carve, *list);
     /* atomic: a local list's taker reads it without the lock (cm_span_prefetch_objects) */
     __atomic_store_n(&span->bump, span->bump + (size_t)carve * info->size, __ATOMIC_RELAXED);

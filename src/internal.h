@@ -424,6 +424,15 @@ static inline void cm_object_hand_out(void *object)
 {
     ((uintptr_t *)object)[1] = 0;
 }
+/* A fresh run (thread_cache.c, "fresh runs") of count objects of size from first on: the
+ * never-used objects a fill cut, or a span that came back whole (central_cache.c). */
+static inline void cm_fresh_run_start(cm_fresh_run *run, char *first, uint32_t count,
+                                      size_t size)
+{
+    run->next = first;
+    run->end = first + (size_t)count * size;
+    run->size = (uint32_t)size;
+}
 /* The next object of a fresh run (thread_cache.c, "fresh runs"), handed out; NULL when the run
  * is empty. */
 static inline void *cm_fresh_run_take(cm_fresh_run *run)

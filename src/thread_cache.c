@@ -253,11 +253,15 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
  * a span with no given-back objects) hands them to the cache as a range instead
  * (cm_central_fill_fresh): carving wrote a link and a mark into every object and the pop read
  * the link back, where the fast path's miss now steps a pointer (fastpath.h's cm_alloc). The
- * list comes first: what the thread freed is handed out again before the run. A run's objects
- * are out of their span as a list's are; the cache counts them with its local lists
- * (local_published), not against its budget: a run is one fill's worth. Exit, the orphan
- * sweep, an idle class and cmalloc_release give what is left of a run back, carved, and the
- * class's inbox with it (see "inboxes" below).
+ * list comes first: what the thread freed is handed out again before the run. A span that came
+ * back whole in the class's mailbox becomes the run too, or waits as the class's spare run
+ * (spare_runs, one span) until the run is spent (take_mailbox, take_spare; central_cache.c,
+ * "spans handed back whole"): its objects were handed out before, and a run hands each out
+ * with its mark cleared. A run's and a spare's objects are out of their span as a list's are;
+ * the cache counts them with its local lists (local_published), not against its budget: a run
+ * is one fill's worth, a spare one span. Exit, the orphan sweep, an idle class and
+ * cmalloc_release give what is left of a run back, carved, the spare whole, and the class's
+ * inbox with them (see "inboxes" below).
  * Invariant: next == end, or next starts an object of a SMALL span of the class and end lies
  * a whole number of objects above it, at or below the span's bump pointer (checked against its
  * limit: the bump pointer moves under the class's lock). */
@@ -819,11 +823,8 @@ static bool take_spare(cm_thread_cache *cache, unsigned size_class)
     char *start = cache->spare_runs[size_class];
     if (start == NULL)
         return false;
-    const cm_class_info *info = &cm_classes[size_class];
-    cm_fresh_run *run = &cache->runs[size_class];
-    run->next = start;
-    run->end = start + (size_t)info->objects * info->size;
-    run->size = (uint32_t)info->size;
+    cm_fresh_run_start(&cache->runs[size_class], start, cm_classes[size_class].objects,
+                       cm_classes[size_class].size);
     cache->spare_runs[size_class] = NULL;
     return true;
 }

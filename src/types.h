@@ -140,11 +140,12 @@ typedef struct cm_outbox {
 } cm_outbox;
 
 /* What malloc takes from once a class's list is empty, before its slow path: the fresh run
- * (thread_cache.c, "fresh runs"), never-used objects a fill cut from a span's bump pointer,
- * handed out in address order from next up to end, with no link written (empty when next ==
- * end, both NULL in a new cache); then the inbox (thread_cache.c, "inboxes"), a mailbox of
- * plain posts taken whole, popped with a prefetch of the object CM_POST_AHEAD further on. As
- * long as a list: runs[c] lies at a fixed distance from lists[c]. */
+ * (thread_cache.c, "fresh runs"), never-used objects a fill cut from a span's bump pointer, or
+ * a span that came back whole, handed out in address order from next up to end, with no link
+ * written (empty when next == end, both NULL in a new cache); then the inbox (thread_cache.c,
+ * "inboxes"), a mailbox of plain posts taken whole, popped with a prefetch of the object
+ * CM_POST_AHEAD further on. As long as a list: runs[c] lies at a fixed distance from
+ * lists[c]. */
 typedef struct cm_fresh_run {
     char *next;
     char *end;
