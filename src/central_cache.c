@@ -20,8 +20,8 @@
  *                    for CM_CLAIM_FILL objects or more.
  *
  * Spans handed back whole: a span whose every object comes back in its owner's mailbox take
- * becomes the owner's fresh run (or spare run) again, its objects still counted out, without
- * the page heap; by itself a whole run needs no lock (see the section of that name).
+ * becomes the owner's fresh run (or one of its spares) again, its objects still counted out,
+ * without the page heap; by itself a whole run needs no lock (see the section of that name).
  * Callers: thread_cache.c (fill on a miss, as a list or with a fresh run of never-used objects
  * first, flush on overflow or thread exit, one object at a time for a thread whose cache is
  * gone, the runs of a mailbox, a span's local list), alloc.c (drain before a retry when the OS
@@ -237,46 +237,54 @@ static uint32_t span_free_count(const cm_span *span, const cm_class_info *info)
 
 /* ---- spans handed back whole to their owner ------------------------------------------------
  * A span whose every object came back to its owner's mailbox, each carved before, becomes the
- * owner's empty fresh run again, from its start, or else its spare (the run after: thread_cache.c
- * keeps one a class): its objects go out in address order with no link written, as a fresh
- * span's would, without the trip through the page heap and the fill that would cut it again
- * (producer/consumer returns a span whole to its owner every 128 objects of 64 bytes:
- * `build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100 --threads 1` took 611K spans
- * from the page heap in its 1.2 s before). The span stays counted out: its objects go from the
- * mailbox to the run as they are (their links and marks stale; a run hands each out with its
- * mark cleared). A run that is a whole span by itself needs no lock (take_whole_spans); one
- * whose span came back whole over several runs is found under the lock (span_rerun_locked). */
+ * owner's empty fresh run again, from its start, or else one of its spares (the runs after:
+ * thread_cache.c keeps up to cm_spare_most a class): its objects go out in address order with
+ * no link written, as a fresh span's would, without the trip through the page heap and the
+ * fill that would cut it again (producer/consumer returns a span whole to its owner every 128
+ * objects of 64 bytes: `build/bench/xmalloc_bench --batch 4096 --size 64 --queue 100
+ * --threads 1` took 611K spans from the page heap in its 1.2 s before). The span stays counted
+ * out: its objects go from the mailbox to the run as they are (their links and marks stale; a
+ * run hands each out with its mark cleared). A run that is a whole span by itself needs no
+ * lock (take_whole_spans); one whose span came back whole over several runs is found under the
+ * lock (span_rerun_locked). */
 
-/* Whether an owner's take has room for a span handed back whole: an empty run, or no spare. */
-static bool rerun_room(const cm_fresh_run *fresh, char *const *spare)
+/* Whether an owner's take has room for a span handed back whole: an empty run, or room for a
+ * spare. */
+static bool rerun_room(unsigned size_class, const cm_fresh_run *fresh,
+                       const cm_spare_spans *spares)
 {
-    return fresh != NULL && (fresh->next == fresh->end || *spare == NULL);
+    return fresh != NULL &&
+           (fresh->next == fresh->end || spares->count < cm_spare_most(size_class));
 }
 
-/* The span becomes owner's fresh run if that is empty, else its spare. */
-static void rerun(cm_span *span, const cm_class_info *info, cm_fresh_run *fresh, char **spare,
-                  unsigned owner)
+/* The span becomes owner's fresh run if that is empty, else the newest of its spares. */
+static void rerun(cm_span *span, const cm_class_info *info, cm_fresh_run *fresh,
+                  cm_spare_spans *spares, unsigned owner)
 {
     char *start = cm_span_start(span);
-    if (fresh->next == fresh->end)
+    if (fresh->next == fresh->end) {
         cm_fresh_run_start(fresh, start, info->objects, info->size);
-    else
-        *spare = start;
+    } else {
+        cm_link_set(start, spares->top);
+        spares->top = start;
+        spares->count++;
+    }
     if (cm_pagemap_owner(start) != owner) /* a spare another fill took meanwhile */
         cm_pagemap_set_owner(span, owner);
 }
 
 /* A span whose runs all came back (used 0), every object once carved, handed back whole. */
 static void span_rerun_locked(central *c, cm_span *span, const cm_class_info *info,
-                              cm_fresh_run *fresh, char **spare, unsigned owner)
+                              cm_fresh_run *fresh, cm_spare_spans *spares, unsigned owner)
 {
-    CM_ASSERT(span->used == 0 && span->bump == span->limit && rerun_room(fresh, spare));
+    CM_ASSERT(span->used == 0 && span->bump == span->limit &&
+              rerun_room(span->size_class, fresh, spares));
     if (span->listed)
         span_list_remove(c, span);
     span->free_objects = NULL;
     span_add_used(span, info->objects);
     c->objects_out += info->objects;
-    rerun(span, info, fresh, spare, owner);
+    rerun(span, info, fresh, spares, owner);
 }
 
 /* Whether last, a run's last object by its header, is a free object of the span from start
@@ -310,15 +318,16 @@ static bool run_is_whole_span(unsigned size_class, void *run, uint32_t n, const 
  * lock. Returns the rest of the take, *count lowered. Consumers post runs that end with their
  * span (thread_cache.c, "outboxes"), so producer/consumer's takes are almost all whole spans. */
 static void *take_whole_spans(unsigned size_class, void *run, uint32_t *count,
-                              cm_fresh_run *fresh, char **spare, unsigned owner)
+                              cm_fresh_run *fresh, cm_spare_spans *spares, unsigned owner)
 {
-    while (run != NULL && rerun_room(fresh, spare) && cm_is_free_object_of(size_class, run)) {
+    while (run != NULL && rerun_room(size_class, fresh, spares) &&
+           cm_is_free_object_of(size_class, run)) {
         uint32_t n;
         void *last;
         void *next = cm_run_header(run, &n, &last);
         if (n > *count || !run_is_whole_span(size_class, run, n, last))
             break;
-        rerun(cm_span_of(run), &cm_classes[size_class], fresh, spare, owner);
+        rerun(cm_span_of(run), &cm_classes[size_class], fresh, spares, owner);
         *count -= n;
         run = next;
     }
@@ -328,7 +337,7 @@ static void *take_whole_spans(unsigned size_class, void *run, uint32_t *count,
 /* Gives back the runs an owner took from its mailbox (internal.h, "runs": count objects of
  * size_class in all), each spliced onto its span's list by its header, with no object walked:
  * only heads and last objects are touched. Spans whose every object came back are handed back
- * whole to owner, as *fresh and *spare have room (NULL: none; "spans handed back whole",
+ * whole to owner, as *fresh and *spares have room (NULL: none; "spans handed back whole",
  * above); another goes to the page heap, to be cut again from its start (a fill then hands
  * its objects out in address order, as a fresh run or carved links, instead of a chain of
  * objects another core wrote last); a span that was full is listed again only once a
@@ -336,13 +345,13 @@ static void *take_whole_spans(unsigned size_class, void *run, uint32_t *count,
  * instead of taking a few returned ones at a time while the rest of the span is still on its
  * way home. A header that does not add up is reported as list corruption. */
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count, cm_fresh_run *fresh,
-                          char **spare, unsigned owner)
+                          cm_spare_spans *spares, unsigned owner)
 {
     central *c = &centrals[size_class];
     const cm_class_info *info = &cm_classes[size_class];
     const uint32_t wake = (info->objects + CM_SPAN_WAKE_DIVISOR - 1) / CM_SPAN_WAKE_DIVISOR;
     void *const mail = run;
-    if ((run = take_whole_spans(size_class, run, &count, fresh, spare, owner)) == NULL) {
+    if ((run = take_whole_spans(size_class, run, &count, fresh, spares, owner)) == NULL) {
         if (count != 0)
             cm_report_corrupt_list(mail);
         return;
@@ -365,8 +374,8 @@ void cm_central_take_runs(unsigned size_class, void *run, uint32_t count, cm_fre
         span_add_used(span, -(int64_t)n);
         c->objects_out -= n;
         count -= n;
-        if (span->used == 0 && span->bump == span->limit && rerun_room(fresh, spare))
-            span_rerun_locked(c, span, info, fresh, spare, owner);
+        if (span->used == 0 && span->bump == span->limit && rerun_room(size_class, fresh, spares))
+            span_rerun_locked(c, span, info, fresh, spares, owner);
         else if (span->used == 0 || (!span->listed && span_free_count(span, info) >= wake))
             span_settle_locked(c, span);
         run = next;

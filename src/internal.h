@@ -228,7 +228,7 @@ unsigned cm_central_fill_fresh(unsigned size_class, unsigned count, void **head,
 void cm_central_flush(unsigned size_class, void *head, unsigned count);
 void cm_central_give_back(unsigned size_class, void *object);
 void cm_central_take_runs(unsigned size_class, void *run, uint32_t count, cm_fresh_run *fresh,
-                          char **spare, unsigned owner);
+                          cm_spare_spans *spares, unsigned owner);
 void cm_central_take_span(char *start);
 void cm_central_take_local(cm_span *span, void *object);
 void cm_central_own(unsigned slot);
@@ -432,6 +432,14 @@ static inline void cm_fresh_run_start(cm_fresh_run *run, char *first, uint32_t c
     run->next = first;
     run->end = first + (size_t)count * size;
     run->size = (uint32_t)size;
+}
+/* The most whole spans of size_class a cache keeps for its next fresh runs (cm_spare_spans):
+ * CM_SPARE_BYTES of them, and at least one. */
+static inline uint32_t cm_spare_most(unsigned size_class)
+{
+    uint32_t most =
+        (uint32_t)(CM_SPARE_BYTES / ((size_t)cm_classes[size_class].pages << CM_PAGE_SHIFT));
+    return most > 0 ? most : 1;
 }
 /* The next object of a fresh run (thread_cache.c, "fresh runs"), handed out; NULL when the run
  * is empty. */

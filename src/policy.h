@@ -193,15 +193,23 @@
  * same speed (1.03x); 4 and 6 gave 0.97x and 0.96x. */
 #define CM_CLAIM_FILL 8
 /* The most bytes a slot's mailboxes hold (remote.c; posts past it go to the central cache):
- * what an owner that stops allocating strands at most. At 2 MiB (and a word's count of 15 bits,
- * 32,767 64-byte objects, the same bound) a producer asleep on xmalloc_bench's full queue had
- * its mailbox full while 2-8 consumers freed its objects, and their posts went to the central
- * cache under the class's lock, which the producer's fills take too. With 8 MiB and an 18-bit
+ * what an owner that stops allocating strands at most (snmalloc's and mimalloc's owners strand
+ * all of it). At 2 MiB (and a word's count of 15 bits, 32,767 64-byte objects, the same bound)
+ * a producer asleep on xmalloc_bench's full queue had its mailbox full while 2-8 consumers
+ * freed its objects, and their posts went to the central cache under the class's lock, which
+ * the producer's fills take too. With 8 MiB and an 18-bit
  * count: xmalloc at 2, 4 and 8 pairs 1.08x, 1.57x and 1.56x at the same or a lower peak RSS (4
  * MiB: 1.03x, 1.25x, 1.16x; 16 MiB: 1.06x, 1.52x, 1.85x), larson and mstress at 8 threads
  * 0.98-1.02x (`scripts/bench-ab.sh --reps 9 --rows xmalloc2,xmalloc4,xmalloc8,larson8,mstress8
- * main=<lib> m4=<lib> m8=<lib> m16=<lib>`). */
-#define CM_REMOTE_MAILBOX_BYTES ((size_t)8 << 20)
+ * main=<lib> m4=<lib> m8=<lib> m16=<lib>`). 16 MiB (a word's count holds 262,143 objects,
+ * 16 MiB of 64 bytes) since the spans a take hands back whole stay with their owner
+ * (CM_SPARE_BYTES): a post past 8 MiB, refused, sent the next few lists of its freeing thread
+ * to the central cache too, 2.4M objects a second at 8 pairs (a counting build); xmalloc at 8
+ * pairs 1.19x [0.87 1.60] and 1.21x [1.08 1.60] with the spares, at 0.65-0.70x the peak RSS,
+ * 4 pairs 1.04-1.07x, larson8, mstress8 and rpm8 1.00-1.05x (`scripts/bench-ab.sh --reps 9
+ * --rows xmalloc2,xmalloc4,xmalloc8,larson8,mstress8,rpm8,xthr8` and `--reps 11 --rows
+ * xmalloc4,xmalloc8`). */
+#define CM_REMOTE_MAILBOX_BYTES ((size_t)16 << 20)
 /* What one fill of a thread cache's list asks for, when a batch is less (thread_cache.c's
  * fill_most): 256 objects of 64 B. xmalloc_bench ran 45M objects/s with fills of 128 objects,
  * 48M with 256 and 512, against 31M with a batch of 32 (medians of 5 interleaved runs). */
@@ -254,6 +262,18 @@
  * their spread; a bound of 128 objects (up to 64 B) gave 0.89x and 1.66x there, 32 (up to
  * 256 B) 1.11x and 1.50x. */
 #define CM_RUN_SPAN_OBJECTS 64
+/* The bytes of whole spans a cache keeps a class beyond its fresh run, for the runs after it
+ * (thread_cache.c's cm_spare_spans; at least one span). A producer's mailbox take brings back
+ * as many spans as its consumers freed whole since its last one (xmalloc_bench's batch of
+ * 4,096 64-byte blocks is 32 spans); with one spare the rest went to the page heap under the
+ * class's lock and the producer's next fills cut them again: counted at 8 pairs, 361K spans
+ * each way against 377K takes in 1.2 s (`LD_PRELOAD=<lib> build/bench/xmalloc_bench --batch
+ * 4096 --size 64 --queue 100 --threads 8 --seconds 1`, a counting build). 256 KiB (32 spans
+ * of 64 bytes): the remote-free cycle 119 -> 108 instructions a 64-byte block (`sh
+ * tests/test_fastpath_budget.sh`, 117 with 64 KiB); `scripts/bench-ab.sh --reps 11 --rows
+ * xmalloc1,xmalloc2,xmalloc4,xmalloc8` over the build with 16 MiB mailboxes alone, 0.89x [0.70
+ * 1.56], 1.09x, 1.10x [0.95 1.16] and 1.13x (64 KiB: 1.02x, 1.03x, 1.07x, 1.00x). */
+#define CM_SPARE_BYTES ((size_t)256 << 10)
 /* Runs whose headers that judgement reads at most (remote.c's cm_remote_runs_long): larson at
  * 2 threads 62.7M against 57.7M ops/s with every header read, the other rows level
  * (`scripts/bench-ab.sh --reps 7 --seconds 0.3 --rows larson2,mstress2,xthr2,larson8`). */

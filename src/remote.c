@@ -14,11 +14,11 @@
  * and in classes of CM_RUN_MIN_SIZE bytes and up writes each run's length, last object and
  * successor into its first object (internal.h, "runs"): when the runs are long, the owner
  * gives every run back to its span by reading that header alone, and spans that came back
- * whole are handed out again from their start (the first two as the owner's fresh run and
- * spare run, the rest cut again by fills: central_cache.c, "spans handed back whole"); so does a
- * stack of more than a list holds, which only posts of long runs may make (thread_cache.c's
- * mailbox_most); else, and in the 16-byte class, the stack becomes the owner's empty list as
- * it is. (The mailboxes were
+ * whole are handed out again from their start (as the owner's fresh run and its spares, up to
+ * CM_SPARE_BYTES, the rest cut again by fills: central_cache.c, "spans handed back whole"); so
+ * does a stack of more than a list holds, which only posts of long runs may make
+ * (thread_cache.c's mailbox_most); else, and in the 16-byte class, the stack becomes the
+ * owner's empty list as it is. (The mailboxes were
  * once one stack per slot, of every class, which the owner walked to sort: each object another
  * core had just written cost a cache miss, 35% of xmalloc_bench's time under `perf record`;
  * then a stack per class always used as the list, whose pops chased those same links: 59%.)

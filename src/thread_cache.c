@@ -43,7 +43,7 @@
  * less than a batch; after a list of mostly its own, the next few go unsorted). An allocation
  * miss takes the mailbox of its class, whole, before it asks the central cache: long runs (and
  * more than a list holds, which only posts of long runs may leave there) go back to their spans,
- * the spans that came back whole becoming the class's fresh run and spare run again from their
+ * the spans that came back whole becoming the class's fresh run and its spares again from their
  * start (with no lock when a run is a whole span by itself), or else the fill that follows
  * asks for up to CM_FILL_BYTES, cutting what came back whole anew (a fresh run, or carved
  * links); short ones (and the 16-byte class's) become the list as they
@@ -161,12 +161,12 @@ static uint32_t run_objects(const cm_thread_cache *cache, unsigned size_class)
 }
 
 /* Objects of size_class the cache holds beside its list: on local lists, in the outbox, the
- * fresh run, the inbox and the spare run. */
+ * fresh run, the inbox and the spares. */
 static uint32_t held_beside_list(const cm_thread_cache *cache, unsigned size_class)
 {
     return cache->local_objects[size_class] + cache->outboxes[size_class].chain.count +
            run_objects(cache, size_class) + cache->runs[size_class].inbox_count +
-           (cache->spare_runs[size_class] != NULL ? cm_classes[size_class].objects : 0);
+           cache->spares[size_class].count * cm_classes[size_class].objects;
 }
 
 /* Whether the cache holds nothing of size_class, counts nothing of it as published and its
@@ -254,17 +254,47 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
  * (cm_central_fill_fresh): carving wrote a link and a mark into every object and the pop read
  * the link back, where the fast path's miss now steps a pointer (fastpath.h's cm_alloc). The
  * list comes first: what the thread freed is handed out again before the run. A span that came
- * back whole in the class's mailbox becomes the run too, or waits as the class's spare run
- * (spare_runs, one span) until the run is spent (take_mailbox, take_spare; central_cache.c,
- * "spans handed back whole"): its objects were handed out before, and a run hands each out
- * with its mark cleared. A run's and a spare's objects are out of their span as a list's are;
- * the cache counts them with its local lists (local_published), not against its budget: a run
- * is one fill's worth, a spare one span. Exit, the orphan sweep, an idle class and
- * cmalloc_release give what is left of a run back, carved, the spare whole, and the class's
- * inbox with them (see "inboxes" below).
+ * back whole in the class's mailbox becomes the run too, or waits as one of the class's spares
+ * (spares: a stack of up to cm_spare_most spans, CM_SPARE_BYTES) until the runs before it are
+ * spent (take_mailbox, take_spare; central_cache.c, "spans handed back whole"): its objects
+ * were handed out before, and a run hands each out with its mark cleared. A run's and a
+ * spare's objects are out of their span as a list's are; the cache counts them with its local
+ * lists (local_published), not against its budget: a run is one fill's worth, the spares at
+ * most CM_SPARE_BYTES. Exit, the orphan sweep, an idle class and cmalloc_release give what is
+ * left of a run back, carved, the spares whole, and the class's inbox with them (see
+ * "inboxes" below).
  * Invariant: next == end, or next starts an object of a SMALL span of the class and end lies
  * a whole number of objects above it, at or below the span's bump pointer (checked against its
- * limit: the bump pointer moves under the class's lock). */
+ * limit: the bump pointer moves under the class's lock); the spares are count whole spans of
+ * the class, each counted out and on no list, linked from top through their first words. */
+
+/* Whether start begins a whole span of the class that a cache may keep as a spare: counted out
+ * whole, on no list, with nothing left to carve. */
+static bool spare_valid(unsigned size_class, const char *start)
+{
+    const cm_span *span = cm_span_of(start);
+    return span != NULL && span->state == CM_SPAN_SMALL && span->size_class == size_class &&
+           start == cm_span_start(span) && span->used == cm_classes[size_class].objects &&
+           !span->listed && span->bump == span->limit && span->free_objects == NULL;
+}
+
+/* The newest of the class's spares, taken off its stack; NULL when it has none. Its link is
+ * memory the program could reach through a dangling pointer: the next span is checked before
+ * it is used, and a link that leads to no whole span of the class is reported. */
+static char *spare_pop(cm_thread_cache *cache, unsigned size_class)
+{
+    cm_spare_spans *spares = &cache->spares[size_class];
+    char *start = spares->top;
+    if (start == NULL)
+        return NULL;
+    char *next = cm_link_next_checked(start);
+    spares->count--;
+    if ((next == NULL) != (spares->count == 0) || (next != NULL && !spare_valid(size_class, next)))
+        cm_report_corrupt_list(start);
+    spares->top = next;
+    return start;
+}
+
 static void run_give_back(cm_thread_cache *cache, unsigned size_class)
 {
     cm_fresh_run *run = &cache->runs[size_class];
@@ -273,10 +303,8 @@ static void run_give_back(cm_thread_cache *cache, unsigned size_class)
         run->inbox = NULL;
         run->inbox_count = 0;
     }
-    if (cache->spare_runs[size_class] != NULL) {
-        cm_central_take_span(cache->spare_runs[size_class]);
-        cache->spare_runs[size_class] = NULL;
-    }
+    for (char *spare; (spare = spare_pop(cache, size_class)) != NULL;)
+        cm_central_take_span(spare);
     uint32_t count = run_objects(cache, size_class);
     if (count == 0)
         return;
@@ -291,13 +319,12 @@ static bool run_valid(const cm_thread_cache *cache, unsigned size_class)
     if ((run->inbox == NULL) != (run->inbox_count == 0) ||
         !cm_object_list_valid(size_class, run->inbox, run->inbox_count))
         return false;
-    const char *spare = cache->spare_runs[size_class];
-    const cm_span *spare_span = spare != NULL ? cm_span_of(spare) : NULL;
-    if (spare != NULL &&
-        (spare_span == NULL || spare_span->state != CM_SPAN_SMALL ||
-         spare_span->size_class != size_class || spare != cm_span_start(spare_span) ||
-         spare_span->used != cm_classes[size_class].objects || spare_span->listed ||
-         spare_span->bump != spare_span->limit))
+    const cm_spare_spans *spares = &cache->spares[size_class];
+    const char *spare = spares->top;
+    for (uint32_t i = 0; i < spares->count; i++, spare = cm_link_next(spare))
+        if (spare == NULL || !spare_valid(size_class, spare))
+            return false;
+    if (spare != NULL || spares->count > cm_spare_most(size_class))
         return false;
     if (run->next == run->end)
         return true;
@@ -816,24 +843,23 @@ void *cm_thread_cache_inbox_pop(cm_fresh_run *run)
     return object;
 }
 
-/* On an allocation miss (the class's list, run and inbox empty): the whole span a mailbox
- * take kept (central_cache.c's take_whole_spans) becomes the fresh run, with no lock. */
+/* On an allocation miss (the class's list, run and inbox empty): the newest whole span a
+ * mailbox take kept (central_cache.c's take_whole_spans) becomes the fresh run, with no lock. */
 static bool take_spare(cm_thread_cache *cache, unsigned size_class)
 {
-    char *start = cache->spare_runs[size_class];
+    char *start = spare_pop(cache, size_class);
     if (start == NULL)
         return false;
     cm_fresh_run_start(&cache->runs[size_class], start, cm_classes[size_class].objects,
                        cm_classes[size_class].size);
-    cache->spare_runs[size_class] = NULL;
     return true;
 }
 
-/* On an allocation miss (the class's list, run, inbox and spare run empty): the mailbox of the
+/* On an allocation miss (the class's list, run, inbox and spares empty): the mailbox of the
  * class, whole. When it holds more than a list may, or its runs are long (CM_RUN_LONG objects
  * on average, by their headers) in a class whose spans hold CM_RUN_SPAN_OBJECTS or more, they
- * go back to their spans, and the first two spans that came back whole become the class's
- * fresh run and spare run (central_cache.c, "spans handed back whole"), or else the fill that
+ * go back to their spans, and the spans that came back whole become the class's fresh run and
+ * its spares (central_cache.c, "spans handed back whole"), or else the fill that
  * follows carves what came back;
  * else (and in the 16-byte class) it becomes the list as it is (the list grows to hold it; the
  * budget is kept after the pop, as after a fill). A stack with a plain post in it (remote.c)
@@ -854,7 +880,7 @@ static bool take_mailbox(cm_thread_cache *cache, unsigned size_class)
          (cm_classes[size_class].objects >= CM_RUN_SPAN_OBJECTS &&
           cm_remote_runs_long(size_class, mail, count)))) {
         cm_fresh_run *run = &cache->runs[size_class];
-        cm_central_take_runs(size_class, mail, count, run, &cache->spare_runs[size_class],
+        cm_central_take_runs(size_class, mail, count, run, &cache->spares[size_class],
                              cache->slot);
         return run->next != run->end;
     }

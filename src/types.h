@@ -113,6 +113,15 @@ typedef struct cm_free_list {
 _Static_assert(sizeof(cm_free_list) == 32, "the fast paths index the lists by a shift");
 _Static_assert(CM_ALIGNMENT >= 2 * sizeof(uintptr_t), "a free object holds a link and a free mark");
 
+/* Whole spans of a class that came back to their owner in a mailbox take beyond its fresh run,
+ * kept for the runs after it (thread_cache.c, "fresh runs"; central_cache.c, "spans handed
+ * back whole"): a stack through each span's first word (an encoded link), of at most
+ * cm_spare_most(class) spans. Zeroed to start. */
+typedef struct cm_spare_spans {
+    char *top;      /* the newest span's start; NULL: none */
+    uint32_t count; /* spans on the stack */
+} cm_spare_spans;
+
 /* What a freeing thread gathers for one owner: objects prepended one by one, cut into runs of
  * one span each (internal.h, "runs"; remote.c). Zeroed to start. A post links the oldest run, the
  * chain's bottom, to what the mailbox holds: its last object's link and its head's header. A
@@ -195,8 +204,8 @@ typedef struct cm_thread_cache {
     uint16_t outbox_slot[CM_CLASSES_MAX]; /* the owner each class's outbox collects for;
                                              CM_NO_OWN_SLOT: none */
     cm_outbox outboxes[CM_CLASSES_MAX];
-    char *spare_runs[CM_CLASSES_MAX]; /* each class's whole span (its start) kept for the fresh
-                                         run after the current one (thread_cache.c); NULL: none */
+    cm_spare_spans spares[CM_CLASSES_MAX]; /* each class's whole spans kept for the fresh runs
+                                              after the current one (thread_cache.c) */
     cm_fresh_run runs[CM_CLASSES_MAX];
 } cm_thread_cache;
 _Static_assert(sizeof(cm_fresh_run) == sizeof(cm_free_list),

@@ -527,8 +527,8 @@ static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **st
 /* Another thread frees whole spans of this thread's blocks, in the order they were carved:
  * when this thread's next miss takes its mailbox, the runs go back to their spans without a
  * walk, the first span that came back whole is handed out again from its start, as the
- * class's fresh run (no fill, no new span), the second kept as its spare run, and the others
- * return to the page heap. */
+ * class's fresh run (no fill, no new span), the next ones kept as its spares (up to
+ * cm_spare_most), and the others return to the page heap. */
 #define WHOLE_SIZE 64
 #define WHOLE      2048
 static void *whole[WHOLE];
@@ -555,26 +555,72 @@ static void spans_that_come_back_whole_are_handed_out_again_or_freed(void **stat
     size_t released_before = released;
     void *next = malloc(WHOLE_SIZE);
     cm_page_heap_counters(&free_after, &released, &large, &count);
-    size_t spans_back = (free_after + released - free_before - released_before) / span_bytes;
-    printf("whole spans: %zu of the %zu spans of %d blocks of %d B back in the page heap\n",
-           spans_back, WHOLE * (size_t)WHOLE_SIZE / span_bytes, WHOLE, WHOLE_SIZE);
+    size_t spans_back = (free_after + released - free_before - released_before) / span_bytes,
+           spans = WHOLE * (size_t)WHOLE_SIZE / span_bytes;
+    const cm_spare_spans *spares = &cm_thread_cache_current->spares[c];
+    printf("whole spans: %zu of the %zu spans of %d blocks of %d B back in the page heap, %u "
+           "kept as spares\n", spans_back, spans, WHOLE, WHOLE_SIZE, spares->count);
     assert_int_equal(mailbox_count(c), 0);
-    /* all but the first (shared with earlier blocks) and the two handed out again */
-    assert_true(spans_back + 3 >= WHOLE * (size_t)WHOLE_SIZE / span_bytes);
-    assert_non_null(cm_thread_cache_current->spare_runs[c]);
-    assert_true(cm_heap_check()); /* the run and the spare counted out, each a whole span */
+    /* the spares: as many as were whole beyond the run (all but the first, shared with
+     * earlier blocks, and the last, which the run may share), up to the bound */
+    size_t whole_beyond_run = spans - 3;
+    assert_true(spares->count <= cm_spare_most(c));
+    assert_true(spares->count >= (whole_beyond_run < cm_spare_most(c) ? whole_beyond_run
+                                                                     : cm_spare_most(c)));
+    /* the rest back in the page heap: all but the first, the run and the spares */
+    assert_true(spans_back + 3 + spares->count >= spans);
+    assert_true(cm_heap_check()); /* the run and the spares counted out, each a whole span */
     free(next);
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
-    assert_int_equal(held_out(c), before); /* its flush gave the spare back too */
-    assert_null(cm_thread_cache_current->spare_runs[c]);
+    assert_int_equal(held_out(c), before); /* its flush gave the spares back too */
+    assert_null(spares->top);
+    assert_int_equal(spares->count, 0);
+}
+
+/* The spares stop at their bound, CM_SPARE_BYTES of spans: when more spans than that come back
+ * whole in one take, the ones beyond it go to the page heap. */
+static void **bound_blocks;
+
+static void *free_bound_blocks(void *arg) /* arg: how many, from the first */
+{
+    for (intptr_t i = 0; i < (intptr_t)arg; i++)
+        free(bound_blocks[i]);
+    return NULL;
+}
+
+static void the_spares_stop_at_their_bound(void **state)
+{
+    (void)state;
+    unsigned c = cm_size_class(WHOLE_SIZE);
+    const uint32_t spans = cm_spare_most(c) + 4;
+    const int count = (int)(spans * cm_classes[c].objects);
+    bound_blocks = calloc((size_t)count, sizeof *bound_blocks);
+    assert_non_null(bound_blocks);
+    size_t before = held_out(c);
+    void *keep[4096];
+    unsigned kept = allocate_before_a_miss(WHOLE_SIZE, bound_blocks, count, keep);
+    on_another_thread(free_bound_blocks, (void *)(intptr_t)count);
+    void *next = malloc(WHOLE_SIZE); /* the miss that takes the mailbox */
+    const cm_spare_spans *spares = &cm_thread_cache_current->spares[c];
+    printf("spares: %u of at most %u, %u spans freed whole\n", spares->count,
+           cm_spare_most(c), spans);
+    assert_int_equal(spares->count, cm_spare_most(c));
+    assert_true(cm_heap_check());
+    free(next);
+    for (unsigned i = 0; i < kept; i++)
+        free(keep[i]);
+    free(bound_blocks);
+    assert_int_equal(held_out(c), before);
+    assert_int_equal(spares->count, 0);
 }
 
 /* The take itself, with an empty fresh run and no spare: another thread freed whole spans in
  * order, so its posts ended with their spans and the mailbox's runs are whole spans but for the
- * first span's (shared with earlier blocks). The first two become the run and the spare, with
- * no lock, from their starts, still the taker's and counted out; the rest go to the page heap,
- * where without a run every whole span goes (the fill after would cut one again). */
+ * first span's (shared with earlier blocks). The first becomes the run and the next ones the
+ * spares, with no lock, from their starts, still the taker's and counted out; the rest go to
+ * the page heap, where without a run every whole span goes (the fill after would cut one
+ * again). */
 static void a_span_back_whole_becomes_the_empty_run(void **state)
 {
     (void)state;
@@ -600,13 +646,19 @@ static void a_span_back_whole_becomes_the_empty_run(void **state)
            spans);
     assert_true(whole_runs + 2 >= spans);
     cm_fresh_run run = {0};
-    char *spare = NULL;
-    cm_central_take_runs(c, mail, count, &run, &spare, slot);
+    cm_spare_spans spares = {0};
+    cm_central_take_runs(c, mail, count, &run, &spares, slot);
     assert_true(run.next != run.end);
-    assert_non_null(spare);
-    assert_ptr_equal(spare, cm_span_start(cm_span_of(spare)));
-    assert_true(cm_span_of(spare) != cm_span_of(run.next));
-    assert_int_equal(cm_span_of(spare)->used, cm_classes[c].objects);
+    assert_true(spares.count >= 1 && spares.count <= cm_spare_most(c));
+    char *spare = spares.top;
+    for (uint32_t i = 0; i < spares.count; i++, spare = cm_link_next(spare)) {
+        assert_non_null(spare);
+        assert_ptr_equal(spare, cm_span_start(cm_span_of(spare)));
+        assert_true(cm_span_of(spare) != cm_span_of(run.next));
+        assert_int_equal(cm_span_of(spare)->used, cm_classes[c].objects);
+        assert_int_equal(cm_pagemap_owner(spare), slot);
+    }
+    assert_null(spare); /* the stack ends with its count */
     cm_span *span = cm_span_of(run.next);
     bool came_back = false;
     for (unsigned i = 0; i < WHOLE; i++)
@@ -621,7 +673,10 @@ static void a_span_back_whole_becomes_the_empty_run(void **state)
     assert_true(cm_heap_check());
     for (void *object; (object = cm_fresh_run_take(&run)) != NULL;) /* out, then freed */
         free(object);
-    cm_central_take_span(spare); /* as the cache gives its spare back */
+    while ((spare = spares.top) != NULL) { /* as the cache gives its spares back */
+        spares.top = cm_link_next(spare);
+        cm_central_take_span(spare);
+    }
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
     assert_int_equal(held_out(c), before);
@@ -837,6 +892,32 @@ static void a_corrupted_run_header_is_reported(void **state)
 {
     (void)state;
     child_spec spec = {.body = corrupt_a_run_header};
+    expect_report(&spec, "cmalloc: corrupted free list at %p");
+}
+
+/* A spare's link overwritten while it waits (a write to freed memory): the next miss that
+ * pops the spares reports the list as corrupted instead of handing out memory it leads to. */
+static void corrupt_a_spare_link(void *arg)
+{
+    (void)arg;
+    unsigned c = cm_size_class(WHOLE_SIZE);
+    void *keep[4096];
+    allocate_before_a_miss(WHOLE_SIZE, whole, WHOLE, keep);
+    on_another_thread(free_whole, (void *)(intptr_t)WHOLE);
+    void *next = malloc(WHOLE_SIZE); /* the take: a run and spares */
+    (void)next;
+    char *top = cm_thread_cache_current->spares[c].top;
+    if (top == NULL || cm_thread_cache_current->spares[c].count < 2)
+        _exit(3); /* nothing to corrupt: the test fails on the missing report */
+    announce(top);
+    cm_link_set(top, (char *)whole[WHOLE / 2] + WHOLE_SIZE); /* into a span, not its start */
+    cm_thread_cache_flush_current(); /* gives the spares back, popping each */
+}
+
+static void a_corrupted_spare_link_is_reported(void **state)
+{
+    (void)state;
+    child_spec spec = {.body = corrupt_a_spare_link};
     expect_report(&spec, "cmalloc: corrupted free list at %p");
 }
 
@@ -1810,10 +1891,12 @@ int main(void)
         cmocka_unit_test(an_idle_class_mailbox_is_given_back),
         cmocka_unit_test(a_child_may_free_again_what_waits_in_a_left_behind_mailbox),
         cmocka_unit_test(spans_that_come_back_whole_are_handed_out_again_or_freed),
+        cmocka_unit_test(the_spares_stop_at_their_bound),
         cmocka_unit_test(a_span_back_whole_becomes_the_empty_run),
         cmocka_unit_test(short_runs_become_the_list),
         cmocka_unit_test(long_runs_of_small_spans_become_the_list),
         cmocka_unit_test(a_corrupted_run_header_is_reported),
+        cmocka_unit_test(a_corrupted_spare_link_is_reported),
         cmocka_unit_test(a_run_header_pointing_away_is_reported),
         cmocka_unit_test(a_batch_half_sent_home_keeps_the_other_half),
         cmocka_unit_test(mostly_own_lists_are_not_sorted),
