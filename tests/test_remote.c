@@ -532,11 +532,12 @@ static void a_child_may_free_again_what_waits_in_a_left_behind_mailbox(void **st
 #define WHOLE_SIZE 64
 #define WHOLE      2048
 static void *whole[WHOLE];
+static void **freeing = whole; /* the blocks free_whole frees (a test may point it elsewhere) */
 
 static void *free_whole(void *arg) /* arg: how many, from the first */
 {
     for (intptr_t i = 0; i < (intptr_t)arg; i++)
-        free(whole[i]);
+        free(freeing[i]);
     return NULL;
 }
 
@@ -580,27 +581,20 @@ static void spans_that_come_back_whole_are_handed_out_again_or_freed(void **stat
 
 /* The spares stop at their bound, CM_SPARE_BYTES of spans: when more spans than that come back
  * whole in one take, the ones beyond it go to the page heap. */
-static void **bound_blocks;
-
-static void *free_bound_blocks(void *arg) /* arg: how many, from the first */
-{
-    for (intptr_t i = 0; i < (intptr_t)arg; i++)
-        free(bound_blocks[i]);
-    return NULL;
-}
-
 static void the_spares_stop_at_their_bound(void **state)
 {
     (void)state;
     unsigned c = cm_size_class(WHOLE_SIZE);
     const uint32_t spans = cm_spare_most(c) + 4;
     const int count = (int)(spans * cm_classes[c].objects);
-    bound_blocks = calloc((size_t)count, sizeof *bound_blocks);
-    assert_non_null(bound_blocks);
+    void **blocks = calloc((size_t)count, sizeof *blocks);
+    assert_non_null(blocks);
     size_t before = held_out(c);
     void *keep[4096];
-    unsigned kept = allocate_before_a_miss(WHOLE_SIZE, bound_blocks, count, keep);
-    on_another_thread(free_bound_blocks, (void *)(intptr_t)count);
+    unsigned kept = allocate_before_a_miss(WHOLE_SIZE, blocks, count, keep);
+    freeing = blocks;
+    on_another_thread(free_whole, (void *)(intptr_t)count);
+    freeing = whole;
     void *next = malloc(WHOLE_SIZE); /* the miss that takes the mailbox */
     const cm_spare_spans *spares = &cm_thread_cache_current->spares[c];
     printf("spares: %u of at most %u, %u spans freed whole\n", spares->count,
@@ -610,7 +604,7 @@ static void the_spares_stop_at_their_bound(void **state)
     free(next);
     for (unsigned i = 0; i < kept; i++)
         free(keep[i]);
-    free(bound_blocks);
+    free(blocks);
     assert_int_equal(held_out(c), before);
     assert_int_equal(spares->count, 0);
 }
