@@ -269,7 +269,7 @@ static void rerun(cm_span *span, const cm_class_info *info, cm_fresh_run *fresh,
         spares->top = start;
         spares->count++;
     }
-    if (cm_pagemap_owner(start) != owner) /* a spare another fill took meanwhile */
+    if (cm_pagemap_owner(start) != owner) /* another owner's fill took it (spare_of_another) */
         cm_pagemap_set_owner(span, owner);
 }
 
@@ -296,25 +296,25 @@ static bool run_last_valid(const cm_class_info *info, uintptr_t start, const voi
            cm_object_is_free(last);
 }
 
-/* Whether run (a run's head, a free object of the class: n objects, the last last) holds every
- * object of its span, all of them carved and out, and the span is on no list: then no other
- * thread can reach it (its objects are all the caller's, no fill finds it) and it is the
- * caller's to hand out again, with no lock. Checked as the loop under the lock checks a run; a
- * run that fails is left to it. */
-static bool run_is_whole_span(unsigned size_class, void *run, uint32_t n, const void *last)
+/* The span of run (a run's head, a free object of the class: n objects, the last last) when
+ * the run holds every object of it and the span is out whole (cm_span_out_whole): then no
+ * other thread can reach it (its objects are all the caller's, no fill finds it) and it is the
+ * caller's to hand out again, with no lock; else NULL. Checked as the loop under the lock
+ * checks a run; a run that fails is left to it. */
+static cm_span *whole_span_of(unsigned size_class, void *run, uint32_t n, const void *last)
 {
     const cm_class_info *info = &cm_classes[size_class];
     if (n != info->objects)
-        return false;
-    const cm_span *span = cm_span_of(run);
-    return run_last_valid(info, (uintptr_t)cm_span_start(span), last) &&
-           __atomic_load_n(&span->used, __ATOMIC_RELAXED) == info->objects &&
-           __atomic_load_n(&span->bump, __ATOMIC_RELAXED) == span->limit && !span->listed &&
-           span->free_objects == NULL;
+        return NULL;
+    cm_span *span = cm_span_of(run);
+    if (!run_last_valid(info, (uintptr_t)cm_span_start(span), last) ||
+        !cm_span_out_whole(span, info))
+        return NULL;
+    return span;
 }
 
 /* The leading runs of a mailbox take (count objects) that are whole spans by themselves
- * (run_is_whole_span) are handed back while the take has room for them (rerun_room), with no
+ * (whole_span_of) are handed back while the take has room for them (rerun_room), with no
  * lock. Returns the rest of the take, *count lowered. Consumers post runs that end with their
  * span (thread_cache.c, "outboxes"), so producer/consumer's takes are almost all whole spans. */
 static void *take_whole_spans(unsigned size_class, void *run, uint32_t *count,
@@ -325,9 +325,10 @@ static void *take_whole_spans(unsigned size_class, void *run, uint32_t *count,
         uint32_t n;
         void *last;
         void *next = cm_run_header(run, &n, &last);
-        if (n > *count || !run_is_whole_span(size_class, run, n, last))
+        cm_span *span = n <= *count ? whole_span_of(size_class, run, n, last) : NULL;
+        if (span == NULL)
             break;
-        rerun(cm_span_of(run), &cm_classes[size_class], fresh, spares, owner);
+        rerun(span, &cm_classes[size_class], fresh, spares, owner);
         *count -= n;
         run = next;
     }
@@ -393,8 +394,8 @@ void cm_central_take_span(char *start)
     central *c = &centrals[span->size_class];
     const uint32_t objects = cm_classes[span->size_class].objects;
     cm_lock_acquire(&c->lock);
-    CM_ASSERT(span->state == CM_SPAN_SMALL && span->used == objects && !span->listed &&
-              span->free_objects == NULL && start == cm_span_start(span));
+    CM_ASSERT(span->state == CM_SPAN_SMALL && start == cm_span_start(span) &&
+              cm_span_out_whole(span, &cm_classes[span->size_class]));
     span_add_used(span, -(int64_t)objects);
     c->objects_out -= objects;
     span_settle_locked(c, span);

@@ -203,6 +203,16 @@ static inline void *cm_span_start(const cm_span *span)
 {
     return (void *)(span->page << CM_PAGE_SHIFT);
 }
+/* Whether a SMALL span of info's class is out whole to one holder (a run or a spare that came
+ * back whole, central_cache.c): every object counted out, none given back, none left to carve,
+ * on no list, so that no other thread reaches it. used and bump are read as a lock-free take
+ * reads them (the class's lock writes them). */
+static inline bool cm_span_out_whole(const cm_span *span, const cm_class_info *info)
+{
+    return __atomic_load_n(&span->used, __ATOMIC_RELAXED) == info->objects &&
+           __atomic_load_n(&span->bump, __ATOMIC_RELAXED) == span->limit && !span->listed &&
+           span->free_objects == NULL;
+}
 
 /* page_heap.c: spans of pages, and the span structs themselves */
 cm_span *cm_span_new(void);

@@ -192,22 +192,23 @@
  * mstress 0.76x and 0.69x, the rpmalloc-style row at 8 0.88x, 0.95x over those 36 cells at the
  * same speed (1.03x); 4 and 6 gave 0.97x and 0.96x. */
 #define CM_CLAIM_FILL 8
-/* The most bytes a slot's mailboxes hold (remote.c; posts past it go to the central cache):
- * what an owner that stops allocating strands at most (snmalloc's and mimalloc's owners strand
- * all of it). At 2 MiB (and a word's count of 15 bits, 32,767 64-byte objects, the same bound)
- * a producer asleep on xmalloc_bench's full queue had its mailbox full while 2-8 consumers
- * freed its objects, and their posts went to the central cache under the class's lock, which
- * the producer's fills take too. With 8 MiB and an 18-bit
- * count: xmalloc at 2, 4 and 8 pairs 1.08x, 1.57x and 1.56x at the same or a lower peak RSS (4
- * MiB: 1.03x, 1.25x, 1.16x; 16 MiB: 1.06x, 1.52x, 1.85x), larson and mstress at 8 threads
- * 0.98-1.02x (`scripts/bench-ab.sh --reps 9 --rows xmalloc2,xmalloc4,xmalloc8,larson8,mstress8
- * main=<lib> m4=<lib> m8=<lib> m16=<lib>`). 16 MiB (a word's count holds 262,143 objects,
- * 16 MiB of 64 bytes) since the spans a take hands back whole stay with their owner
- * (CM_SPARE_BYTES): a post past 8 MiB, refused, sent the next few lists of its freeing thread
- * to the central cache too, 2.4M objects a second at 8 pairs (a counting build); xmalloc at 8
- * pairs 1.19x [0.87 1.60] and 1.21x [1.08 1.60] with the spares, at 0.65-0.70x the peak RSS,
- * 4 pairs 1.04-1.07x, larson8, mstress8 and rpm8 1.00-1.05x (`scripts/bench-ab.sh --reps 9
- * --rows xmalloc2,xmalloc4,xmalloc8,larson8,mstress8,rpm8,xthr8` and `--reps 11 --rows
+/* The most bytes a slot's mailboxes hold (remote.c; posts past it go to the central cache): what
+ * an owner that stops allocating strands at most (snmalloc's and mimalloc's owners strand all of
+ * it). At 2 MiB (and a word's count of 15 bits, 32,767 64-byte objects, the same bound) a producer
+ * asleep on xmalloc_bench's full queue had its mailbox full while 2-8 consumers freed its objects,
+ * and their posts went to the central cache under the class's lock, which the producer's fills
+ * take too. With 8 MiB and an 18-bit count: xmalloc at 2, 4 and 8 pairs 1.08x, 1.57x and 1.56x at
+ * the same or a lower peak RSS (4 MiB: 1.03x, 1.25x, 1.16x; 16 MiB: 1.06x, 1.52x, 1.85x), larson
+ * and mstress at 8 threads 0.98-1.02x (`scripts/bench-ab.sh --reps 9 --rows
+ * xmalloc2,xmalloc4,xmalloc8,larson8,mstress8 main=<lib> m4=<lib> m8=<lib> m16=<lib>`). 16 MiB (a
+ * word's count holds 262,143 objects, 16 MiB of 64 bytes) since the spans a take hands back whole
+ * stay with their owner (CM_SPARE_BYTES): a post past 8 MiB, refused, sent the next few lists of
+ * its freeing thread to the central cache too, 2.4M and 6.1M objects in two 1.2 s runs at 8 pairs
+ * (a counting build: `LD_PRELOAD=<lib> build/bench/xmalloc_bench --batch 4096 --size 64 --queue
+ * 100 --threads 8 --seconds 1`); xmalloc at 8 pairs 1.19x [0.87 1.60] and 1.21x [1.08 1.60] with
+ * the spares, at 0.65-0.70x the peak RSS, 4 pairs 1.04-1.07x, larson8, mstress8 and rpm8
+ * 1.00-1.05x (`scripts/bench-ab.sh --reps 9 --rows
+ * xmalloc2,xmalloc4,xmalloc8,larson8,mstress8,rpm8,xthr8` and `--reps 11 --rows
  * xmalloc4,xmalloc8`). */
 #define CM_REMOTE_MAILBOX_BYTES ((size_t)16 << 20)
 /* What one fill of a thread cache's list asks for, when a batch is less (thread_cache.c's

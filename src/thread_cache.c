@@ -268,14 +268,13 @@ static void release_objects(cm_thread_cache *cache, unsigned size_class, uint32_
  * limit: the bump pointer moves under the class's lock); the spares are count whole spans of
  * the class, each counted out and on no list, linked from top through their first words. */
 
-/* Whether start begins a whole span of the class that a cache may keep as a spare: counted out
- * whole, on no list, with nothing left to carve. */
+/* Whether start begins a SMALL span of the class that is out whole (cm_span_out_whole), as a
+ * spare is. */
 static bool spare_valid(unsigned size_class, const char *start)
 {
     const cm_span *span = cm_span_of(start);
     return span != NULL && span->state == CM_SPAN_SMALL && span->size_class == size_class &&
-           start == cm_span_start(span) && span->used == cm_classes[size_class].objects &&
-           !span->listed && span->bump == span->limit && span->free_objects == NULL;
+           start == cm_span_start(span) && cm_span_out_whole(span, &cm_classes[size_class]);
 }
 
 /* The newest of the class's spares, taken off its stack; NULL when it has none. Its link is
