@@ -1,17 +1,28 @@
 /* page_heap.c - the back end: spans of whole 8 KiB pages, split on demand, coalesced on free,
  * grown from the OS in chunks of at least 2 MiB, and given back to the OS by age.
  *
- *   free_lists[n]   free spans of exactly n pages, 1 <= n <= 128 (n = 0 unused); bit n of
+ *   free_sets[0]    resident free spans (written since the OS gave them, or not given back)
+ *   free_sets[1]    released free spans (a fresh chunk's untouched pages, or madvised away)
+ *     exact[n]      free spans of exactly n pages, 1 <= n <= 128 (n = 0 unused); bit n of
  *                   nonempty says whether the list has a span, so a search is a bit scan
- *   large_list      free spans of more than 128 pages, searched best fit
+ *     large         free spans of more than 128 pages, searched best fit
  *
+ * A request is cut from resident pages wherever the heap has a span for it, and from released
+ * pages only when it has none: pages a program wrote and freed are handed out again before
+ * any page the OS must fault in, so a program that frees everything and allocates it again
+ * keeps the resident set it had (a fresh chunk's untouched rest would otherwise sit in the
+ * same coalesced span, at a lower address, and be touched first). Resident and released
+ * free spans side by side stay apart for that; when no single span fits a request, the free
+ * spans around a resident one are merged whatever their state before the heap grows
+ * (find_across_locked), so keeping them apart never maps more.
  * Callers: the central cache (spans for size classes) and alloc.c (large allocations, and
  * blocks realloc moves, placed with free pages after them: cm_page_heap_alloc_with_room). One
  * lock, heap_lock, guards every list, every FREE span and the counters; it is taken inside a
  * central cache lock and may take the pagemap and metadata locks (see internal.h).
- * Invariants: no two FREE spans are adjacent (free coalesces both ways); a FREE span's first
- * and last pages map to it and its inner pages map to NULL;
- * free_pages == sum of FREE span lengths, released_pages == sum over FREE spans with released.
+ * Invariants: no two FREE spans of the same state are adjacent (free coalesces both ways); a
+ * FREE span is on the set its released flag names; its first and last pages map to it and
+ * its inner pages map to NULL; free_pages == sum of FREE span lengths, released_pages == sum
+ * over released FREE spans.
  * Release by age: a free span idle for CMALLOC_RELEASE_DELAY_MS is madvised away, checked
  * whenever the heap is entered, or at once by cm_page_heap_release (which background.c's
  * release thread also calls). Release on growth: the heap gives back as many resident free
@@ -29,10 +40,14 @@
 #define GROW_MIN_PAGES (CM_HEAP_GROW_MIN >> CM_PAGE_SHIFT)
 
 static cm_lock heap_lock = CM_LOCK_INIT;
-static cm_span *free_lists[CM_HEAP_LISTS + 1];
-static uint64_t nonempty[(CM_HEAP_LISTS + 64) / 64]; /* bit n: free_lists[n] has a span */
-_Static_assert(CM_HEAP_LISTS < 64 * (sizeof nonempty / sizeof nonempty[0]), "a bit per list");
-static cm_span *large_list;
+typedef struct {
+    cm_span *exact[CM_HEAP_LISTS + 1];
+    uint64_t nonempty[(CM_HEAP_LISTS + 64) / 64]; /* bit n: exact[n] has a span */
+    cm_span *large;
+} free_set;
+_Static_assert(CM_HEAP_LISTS < 64 * (sizeof((free_set *)0)->nonempty / sizeof(uint64_t)),
+               "a bit per list");
+static free_set free_sets[2]; /* indexed by a span's released flag */
 static size_t free_pages;     /* in FREE spans */
 static size_t released_pages; /* in FREE spans given back to the OS */
 static size_t large_pages;    /* in LARGE spans (allocations above the largest class) */
@@ -65,22 +80,28 @@ void cm_span_delete(cm_span *span)
     cm_lock_release(&span_struct_lock);
 }
 
-static cm_span **list_for(size_t pages)
+/* List n of a set: exact[n] for 1 <= n <= CM_HEAP_LISTS, large for CM_HEAP_LISTS + 1. */
+static cm_span **set_list(free_set *set, size_t n)
 {
-    return pages <= CM_HEAP_LISTS ? &free_lists[pages] : &large_list;
+    return n <= CM_HEAP_LISTS ? &set->exact[n] : &set->large;
+}
+
+static cm_span **list_for(const cm_span *span)
+{
+    return set_list(&free_sets[span->released], span->pages);
 }
 
 static void list_insert(cm_span *span)
 {
     CM_ASSERT(cm_lock_is_mine(&heap_lock) && span->state == CM_SPAN_FREE && span->pages > 0);
-    cm_span **head = list_for(span->pages);
+    cm_span **head = list_for(span);
     span->prev = NULL;
     span->next = *head;
     if (*head)
         (*head)->prev = span;
     *head = span;
     if (span->pages <= CM_HEAP_LISTS)
-        nonempty[span->pages / 64] |= (uint64_t)1 << (span->pages % 64);
+        free_sets[span->released].nonempty[span->pages / 64] |= (uint64_t)1 << (span->pages % 64);
     free_pages += span->pages;
     released_pages += span->released ? span->pages : 0;
 }
@@ -89,8 +110,9 @@ static void list_remove(cm_span *span)
 {
     if (span->prev)
         span->prev->next = span->next;
-    else if ((*list_for(span->pages) = span->next) == NULL && span->pages <= CM_HEAP_LISTS)
-        nonempty[span->pages / 64] &= ~((uint64_t)1 << (span->pages % 64));
+    else if ((*list_for(span) = span->next) == NULL && span->pages <= CM_HEAP_LISTS)
+        free_sets[span->released].nonempty[span->pages / 64] &=
+            ~((uint64_t)1 << (span->pages % 64));
     if (span->next)
         span->next->prev = span->prev;
     span->next = span->prev = NULL;
@@ -104,7 +126,7 @@ static void map_ends(cm_span *span)
     cm_pagemap_set(span->page + span->pages - 1, span);
 }
 
-/* A free neighbour of span on the given side (-1 left, +1 right), or NULL. */
+/* A free neighbour of span on the given side (-1 left, +1 right), of either state, or NULL. */
 static cm_span *free_neighbour(cm_span *span, int side)
 {
     uintptr_t page = side < 0 ? span->page - 1 : span->page + span->pages;
@@ -116,26 +138,70 @@ static cm_span *free_neighbour(cm_span *span, int side)
     return touches ? other : NULL;
 }
 
-/* Merges span with free neighbours and puts it on its list. Caller holds heap_lock. */
+/* Takes other, span's free neighbour on side, off its list and into span (whose ends the caller
+ * maps). Caller holds heap_lock. */
+static void absorb(cm_span *span, cm_span *other, int side)
+{
+    list_remove(other);
+    /* The two facing end pages become inner pages of the merged span. */
+    cm_pagemap_set(side < 0 ? other->page + other->pages - 1 : other->page, NULL);
+    cm_pagemap_set(side < 0 ? span->page : span->page + span->pages - 1, NULL);
+    if (side < 0)
+        span->page = other->page;
+    span->pages += other->pages;
+    cm_span_delete(other);
+}
+
+/* Merges span with its free neighbours of the same state and puts it on its list. Caller
+ * holds heap_lock. */
 static void insert_coalesced(cm_span *span)
 {
     span->state = CM_SPAN_FREE;
     for (int side = -1; side <= 1; side += 2) {
         cm_span *other = free_neighbour(span, side);
-        if (other == NULL)
-            continue;
-        list_remove(other);
-        /* The two facing end pages become inner pages of the merged span. */
-        cm_pagemap_set(side < 0 ? other->page + other->pages - 1 : other->page, NULL);
-        cm_pagemap_set(side < 0 ? span->page : span->page + span->pages - 1, NULL);
-        if (side < 0)
-            span->page = other->page;
-        span->pages += other->pages;
-        span->released = span->released && other->released;
-        cm_span_delete(other);
+        if (other != NULL && other->released == span->released)
+            absorb(span, other, side);
     }
     map_ends(span);
     list_insert(span);
+}
+
+/* Pages of free spans, of either state, in the unbroken run that span lies in. */
+static size_t free_run_pages(cm_span *span)
+{
+    size_t pages = span->pages;
+    for (int side = -1; side <= 1; side += 2)
+        for (cm_span *s = free_neighbour(span, side); s != NULL; s = free_neighbour(s, side))
+            pages += s->pages;
+    return pages;
+}
+
+/* Span merged with every free span around it, of either state, and back on its list: for a
+ * request no single span fits. Resident when any part is (the pages the program wrote are).
+ * Caller holds heap_lock. */
+static cm_span *merge_run_locked(cm_span *span)
+{
+    list_remove(span);
+    for (int side = -1; side <= 1; side += 2) {
+        for (cm_span *other; (other = free_neighbour(span, side)) != NULL;) {
+            span->released &= other->released;
+            absorb(span, other, side);
+        }
+    }
+    map_ends(span);
+    list_insert(span);
+    return span;
+}
+
+/* A span of at least pages made by merging a resident free span with the released ones around
+ * it, or NULL where no run of free spans holds that many. Caller holds heap_lock. */
+static cm_span *find_across_locked(size_t pages)
+{
+    for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++)
+        for (cm_span *s = *set_list(&free_sets[0], n); s != NULL; s = s->next)
+            if (free_run_pages(s) >= pages)
+                return merge_run_locked(s);
+    return NULL;
 }
 
 /* Gives back resident free spans idle at least min_idle_ms, largest first, until at least
@@ -145,14 +211,15 @@ static size_t release_free_locked(uint64_t now, uint64_t min_idle_ms, size_t mos
     CM_ASSERT(cm_lock_is_mine(&heap_lock));
     size_t released = 0;
     for (size_t n = CM_HEAP_LISTS + 1; n >= 1 && released < most; n--) {
-        for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s && released < most;
-             s = s->next) {
-            if (s->released || now - s->free_since_ms < min_idle_ms)
+        for (cm_span *s = *set_list(&free_sets[0], n), *next; s && released < most; s = next) {
+            next = s->next; /* s moves to the released set, next stays on this list */
+            if (now - s->free_since_ms < min_idle_ms)
                 continue;
             cm_os_release(cm_span_start(s), s->pages << CM_PAGE_SHIFT);
-            s->released = 1;
-            released_pages += s->pages;
             released += s->pages;
+            list_remove(s);
+            s->released = 1;
+            insert_coalesced(s);
         }
     }
     return released;
@@ -205,23 +272,48 @@ static bool grow_locked(size_t pages)
     return true;
 }
 
-static cm_span *find_locked(size_t pages)
+/* The smallest exact list of set with a span of at least pages, or 0 when none has one. */
+static size_t exact_fit(const free_set *set, size_t pages)
 {
-    CM_ASSERT(cm_lock_is_mine(&heap_lock));
-    /* The smallest non-empty exact list of at least pages: the first bit set from there. */
+    /* The first bit set from pages on. */
     for (size_t word = pages / 64;
-         pages <= CM_HEAP_LISTS && word < sizeof nonempty / sizeof nonempty[0]; word++) {
-        uint64_t bits =
-            nonempty[word] & (word == pages / 64 ? ~(uint64_t)0 << (pages % 64) : ~(uint64_t)0);
+         pages <= CM_HEAP_LISTS && word < sizeof set->nonempty / sizeof set->nonempty[0];
+         word++) {
+        uint64_t bits = set->nonempty[word] &
+                        (word == pages / 64 ? ~(uint64_t)0 << (pages % 64) : ~(uint64_t)0);
         if (bits)
-            return free_lists[word * 64 + (size_t)__builtin_ctzll(bits)];
+            return word * 64 + (size_t)__builtin_ctzll(bits);
     }
+    return 0;
+}
+
+/* The smallest span of set's large list with at least pages (the lowest on a tie), or NULL. */
+static cm_span *large_fit(const free_set *set, size_t pages)
+{
     cm_span *best = NULL;
-    for (cm_span *s = large_list; s; s = s->next)
+    for (cm_span *s = set->large; s; s = s->next)
         if (s->pages >= pages && (best == NULL || s->pages < best->pages ||
                                   (s->pages == best->pages && s->page < best->page)))
             best = s;
     return best;
+}
+
+/* A free span of at least pages, or NULL. Up to CM_HEAP_LISTS pages, free spans are holes
+ * between live ones, and the smallest that fits is taken whatever its state (resident on a
+ * tie): a hole cut for less keeps the others whole for the requests they fit (a program's
+ * 1 MiB buffer freed and asked for again finds its 128 pages). Above, they are open runs,
+ * where one cut is as good as another: resident ones first, so that the pages a program
+ * wrote and freed are handed out before the OS must fault in new ones. */
+static cm_span *find_locked(size_t pages)
+{
+    CM_ASSERT(cm_lock_is_mine(&heap_lock));
+    size_t resident = exact_fit(&free_sets[0], pages), released = exact_fit(&free_sets[1], pages);
+    if (resident != 0 && (released == 0 || resident <= released))
+        return free_sets[0].exact[resident];
+    if (released != 0)
+        return free_sets[1].exact[released];
+    cm_span *span = large_fit(&free_sets[0], pages);
+    return span != NULL ? span : large_fit(&free_sets[1], pages);
 }
 
 /* Cuts span to [span->page + offset, + pages), returning the pieces around it to the lists. */
@@ -267,8 +359,12 @@ static cm_span *allocate(size_t pages, size_t align_pages, unsigned size_class, 
     size_t want = pages + align_pages - 1;
     cm_lock_acquire(&heap_lock);
     cm_span *span = room ? find_locked(want + room) : NULL;
+    if (span == NULL && room)
+        span = find_across_locked(want + room);
     if (span == NULL)
         span = find_locked(want);
+    if (span == NULL)
+        span = find_across_locked(want);
     if (span == NULL && grow_locked(want))
         span = find_locked(want);
     if (span != NULL) {
@@ -337,6 +433,8 @@ bool cm_page_heap_resize(cm_span *span, size_t pages)
     } else if (pages > span->pages) {
         size_t need = pages - span->pages;
         cm_span *right = free_neighbour(span, 1);
+        if (right != NULL && right->pages < need && free_run_pages(right) >= need)
+            right = merge_run_locked(right); /* resident and released pages side by side */
         if (right == NULL || right->pages < need) {
             done = false;
         } else if (list_remove(right), !trim_locked(right, 0, need)) { /* rest stays free */
@@ -431,8 +529,8 @@ size_t cm_page_heap_unmap_free(void)
 {
     size_t pages = 0;
     cm_lock_acquire(&heap_lock);
-    for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
-        cm_span **head = n <= CM_HEAP_LISTS ? &free_lists[n] : &large_list;
+    for (size_t i = 0; i < 2 * (CM_HEAP_LISTS + 1); i++) {
+        cm_span **head = set_list(&free_sets[i / (CM_HEAP_LISTS + 1)], 1 + i % (CM_HEAP_LISTS + 1));
         while (*head != NULL) {
             cm_span *span = *head;
             list_remove(span);
@@ -464,20 +562,26 @@ bool cm_page_heap_valid(void)
     bool ok = true;
     size_t pages = 0, released = 0;
     cm_lock_acquire(&heap_lock);
-    for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
-        for (cm_span *s = n <= CM_HEAP_LISTS ? free_lists[n] : large_list; s; s = s->next) {
-            ok &= s->state == CM_SPAN_FREE &&
-                  list_for(s->pages) == (n <= CM_HEAP_LISTS ? &free_lists[n] : &large_list);
-            ok &= cm_pagemap_lookup(cm_span_start(s)) == s;
-            ok &= cm_pagemap_lookup((char *)cm_span_start(s) + ((s->pages - 1) << CM_PAGE_SHIFT)) ==
-                  s;
-            ok &= free_neighbour(s, -1) == NULL && free_neighbour(s, 1) == NULL;
-            pages += s->pages;
-            released += s->released ? s->pages : 0;
+    for (int state = 0; state < 2; state++) {
+        free_set *set = &free_sets[state];
+        for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++) {
+            for (cm_span *s = *set_list(set, n); s; s = s->next) {
+                ok &= s->state == CM_SPAN_FREE && s->released == state &&
+                      list_for(s) == set_list(set, n);
+                ok &= cm_pagemap_lookup(cm_span_start(s)) == s;
+                ok &= cm_pagemap_lookup((char *)cm_span_start(s) +
+                                        ((s->pages - 1) << CM_PAGE_SHIFT)) == s;
+                for (int side = -1; side <= 1; side += 2) {
+                    cm_span *other = free_neighbour(s, side);
+                    ok &= other == NULL || other->released != s->released;
+                }
+                pages += s->pages;
+                released += s->released ? s->pages : 0;
+            }
         }
+        for (size_t n = 1; n <= CM_HEAP_LISTS; n++)
+            ok &= (set->exact[n] != NULL) == ((set->nonempty[n / 64] >> (n % 64)) & 1);
     }
-    for (size_t n = 1; n <= CM_HEAP_LISTS; n++)
-        ok &= (free_lists[n] != NULL) == ((nonempty[n / 64] >> (n % 64)) & 1);
     ok &= pages == free_pages && released == released_pages;
     cm_lock_release(&heap_lock);
     return ok;

@@ -13,6 +13,11 @@
  *   resize_fails_when_the_neighbour_is_taken_or_too_small  false, and nothing changes, with a
  *                                  LARGE span on the right, and with a 16-page free one asked
  *                                  for 17; asked for exactly 16, it takes them
+ *   growth_releases_resident_free_pages  two-page holes given back when the heap grows
+ *   resident_pages_go_out_before_released_ones  freed written pages between released ones stay
+ *                                  a span of their own and are handed out first
+ *   a_request_spans_resident_and_released_pages  a request only the run of both fits merges
+ *                                  them, with no new mapping
  * Each resize step is checked by both heap walkers, cm_page_heap_valid and cm_heap_check. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -317,6 +322,71 @@ static void resize_fails_when_the_neighbour_is_taken_or_too_small(void **state)
     expect_heap_valid();
 }
 
+/* ---- resident and released free spans ---------------------------------------------------- */
+
+/* Written pages B between released pages (A, given back, and the fresh chunk's untouched rest):
+ * the free spans of the heap's only chunk, left to right. */
+static void released_written_released(uintptr_t *a_page, uintptr_t *b_page)
+{
+    cm_page_heap_unmap_free(); /* the chunk below is the heap's only free memory */
+    cm_span *a = cm_page_heap_alloc(8, 1, 0), *b = cm_page_heap_alloc(8, 1, 0);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(b->page, a->page + 8);
+    fill_pages(a, 8, 1);
+    fill_pages(b, 8, 2);
+    *a_page = a->page;
+    *b_page = b->page;
+    cm_page_heap_free(a);
+    cm_page_heap_release(true);
+    cm_page_heap_free(b);
+    expect_heap_valid();
+}
+
+static void resident_pages_go_out_before_released_ones(void **state)
+{
+    (void)state;
+    uintptr_t a_page, b_page;
+    released_written_released(&a_page, &b_page);
+    size_t free_bytes, released, large, count;
+    cm_page_heap_counters(&free_bytes, &released, &large, &count);
+    assert_int_equal(free_bytes, 8 * CM_PAGE_SIZE); /* B alone is resident */
+    /* Two requests B's 8 pages hold: both cut from B, though A comes first in the address
+     * space and the chunk's rest fits too; no released page is taken. */
+    cm_span *first = cm_page_heap_alloc(4, 1, 0), *second = cm_page_heap_alloc(1, 1, 1);
+    assert_non_null(first);
+    assert_non_null(second);
+    assert_int_equal(first->page, b_page);
+    assert_int_equal(second->page, b_page + 4);
+    assert_int_equal(((unsigned char *)cm_span_start(second))[0], 2); /* the pages written */
+    size_t released_after;
+    cm_page_heap_counters(&free_bytes, &released_after, &large, &count);
+    assert_int_equal(released_after, released);
+    expect_heap_valid();
+    second->used = 0;
+    cm_page_heap_free(second);
+    cm_page_heap_free(first);
+    expect_heap_valid();
+    (void)a_page;
+}
+
+static void a_request_spans_resident_and_released_pages(void **state)
+{
+    (void)state;
+    uintptr_t a_page, b_page;
+    released_written_released(&a_page, &b_page);
+    size_t mapped = cm_os_mapped_bytes();
+    /* The whole chunk: no single free span holds it, the run of the three does. */
+    cm_span *whole = cm_page_heap_alloc(CM_HEAP_GROW_MIN / CM_PAGE_SIZE, 1, 0);
+    assert_non_null(whole);
+    assert_int_equal(whole->page, a_page);
+    assert_int_equal(cm_os_mapped_bytes(), mapped); /* no growth */
+    assert_int_equal(((unsigned char *)page_address(whole, b_page - a_page))[0], 2);
+    expect_heap_valid();
+    cm_page_heap_free(whole);
+    expect_heap_valid();
+}
+
 int main(void)
 {
     cm_init();
@@ -333,7 +403,10 @@ int main(void)
         cmocka_unit_test(resize_shrink_gives_back_the_tail),
         cmocka_unit_test(resize_grows_into_a_free_right_neighbour),
         cmocka_unit_test(resize_fails_when_the_neighbour_is_taken_or_too_small),
-        cmocka_unit_test(growth_releases_resident_free_pages), /* last: it unmaps free spans */
+        /* last: these unmap the free spans */
+        cmocka_unit_test(growth_releases_resident_free_pages),
+        cmocka_unit_test(resident_pages_go_out_before_released_ones),
+        cmocka_unit_test(a_request_spans_resident_and_released_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
