@@ -7,14 +7,14 @@
  *                   nonempty says whether the list has a span, so a search is a bit scan
  *     large         free spans of more than 128 pages, searched best fit
  *
- * A request is cut from resident pages wherever the heap has a span for it, and from released
- * pages only when it has none: pages a program wrote and freed are handed out again before
- * any page the OS must fault in, so a program that frees everything and allocates it again
- * keeps the resident set it had (a fresh chunk's untouched rest would otherwise sit in the
- * same coalesced span, at a lower address, and be touched first). Resident and released
- * free spans side by side stay apart for that; when no single span fits a request, the free
- * spans around a resident one are merged whatever their state before the heap grows
- * (find_across_locked), so keeping them apart never maps more.
+ * A request takes the smallest hole of up to 128 pages that fits, whatever its state (a hole
+ * cut for less keeps the others whole), and of the larger runs a resident one first: pages a
+ * program wrote and freed are handed out again before any page the OS must fault in, so a
+ * program that frees everything and allocates it again keeps the resident set it had (a
+ * fresh chunk's untouched rest would otherwise sit in the same coalesced span, at a lower
+ * address, and be touched first). Resident and released free spans side by side stay apart
+ * for that; when no single span fits a request, a run of free spans of both states is merged
+ * before the heap grows (find_across_locked), so keeping them apart never maps more.
  * Callers: the central cache (spans for size classes) and alloc.c (large allocations, and
  * blocks realloc moves, placed with free pages after them: cm_page_heap_alloc_with_room). One
  * lock, heap_lock, guards every list, every FREE span and the counters; it is taken inside a
@@ -101,7 +101,8 @@ static void list_insert(cm_span *span)
         (*head)->prev = span;
     *head = span;
     if (span->pages <= CM_HEAP_LISTS)
-        free_sets[span->released].nonempty[span->pages / 64] |= (uint64_t)1 << (span->pages % 64);
+        free_sets[span->released].nonempty[span->pages / 64] |=
+            (uint64_t)1 << (span->pages % 64);
     free_pages += span->pages;
     released_pages += span->released ? span->pages : 0;
 }
@@ -193,12 +194,14 @@ static cm_span *merge_run_locked(cm_span *span)
     return span;
 }
 
-/* A span of at least pages made by merging a resident free span with the released ones around
- * it, or NULL where no run of free spans holds that many. Caller holds heap_lock. */
+/* A span of at least pages made by merging a released free span with the resident ones around
+ * it (every such run holds a released span, and the heap has few: chunks' untouched rests and
+ * spans given back by age), or NULL where no run of free spans holds that many. Caller holds
+ * heap_lock. */
 static cm_span *find_across_locked(size_t pages)
 {
     for (size_t n = 1; n <= CM_HEAP_LISTS + 1; n++)
-        for (cm_span *s = *set_list(&free_sets[0], n); s != NULL; s = s->next)
+        for (cm_span *s = *set_list(&free_sets[1], n); s != NULL; s = s->next)
             if (free_run_pages(s) >= pages)
                 return merge_run_locked(s);
     return NULL;
@@ -300,10 +303,10 @@ static cm_span *large_fit(const free_set *set, size_t pages)
 
 /* A free span of at least pages, or NULL. Up to CM_HEAP_LISTS pages, free spans are holes
  * between live ones, and the smallest that fits is taken whatever its state (resident on a
- * tie): a hole cut for less keeps the others whole for the requests they fit (a program's
- * 1 MiB buffer freed and asked for again finds its 128 pages). Above, they are open runs,
- * where one cut is as good as another: resident ones first, so that the pages a program
- * wrote and freed are handed out before the OS must fault in new ones. */
+ * tie): a hole cut for less keeps the others whole for the requests they fit (the order
+ * book's 1 MiB buffer, freed and asked for again, finds its 128 pages; taking resident holes
+ * first cost it a new chunk and 1 MiB of peak RSS). Above, they are open runs, where one cut
+ * is as good as another: resident ones first. */
 static cm_span *find_locked(size_t pages)
 {
     CM_ASSERT(cm_lock_is_mine(&heap_lock));
@@ -530,7 +533,8 @@ size_t cm_page_heap_unmap_free(void)
     size_t pages = 0;
     cm_lock_acquire(&heap_lock);
     for (size_t i = 0; i < 2 * (CM_HEAP_LISTS + 1); i++) {
-        cm_span **head = set_list(&free_sets[i / (CM_HEAP_LISTS + 1)], 1 + i % (CM_HEAP_LISTS + 1));
+        const size_t lists = CM_HEAP_LISTS + 1;
+        cm_span **head = set_list(&free_sets[i / lists], 1 + i % lists);
         while (*head != NULL) {
             cm_span *span = *head;
             list_remove(span);
