@@ -8,13 +8,15 @@
  *     large         free spans of more than 128 pages, searched best fit
  *
  * A request takes the smallest hole of up to 128 pages that fits, whatever its state (a hole
- * cut for less keeps the others whole), and of the larger runs a resident one first: pages a
- * program wrote and freed are handed out again before any page the OS must fault in, so a
- * program that frees everything and allocates it again keeps the resident set it had (a
- * fresh chunk's untouched rest would otherwise sit in the same coalesced span, at a lower
- * address, and be touched first). Resident and released free spans side by side stay apart
- * for that; when no single span fits a request, a run of free spans of both states is merged
- * before the heap grows (find_across_locked), so keeping them apart never maps more.
+ * cut for less keeps the others whole); past the holes, a request of up to 128 pages is cut
+ * from a resident run first, and a larger one takes the best fit of either state
+ * (find_locked). So pages a program wrote and freed are handed out again before any page the
+ * OS must fault in: a program that frees its small objects and allocates them again keeps the
+ * resident set it had (a fresh chunk's untouched rest would otherwise sit in the same
+ * coalesced span, at a lower address, and be touched first). Resident and released free
+ * spans side by side stay apart for that; when no single span fits a request, a run of free
+ * spans of both states is merged before the heap grows (find_across_locked): a request one
+ * coalesced span would have served never grows the heap.
  * Callers: the central cache (spans for size classes) and alloc.c (large allocations, and
  * blocks realloc moves, placed with free pages after them: cm_page_heap_alloc_with_room). One
  * lock, heap_lock, guards every list, every FREE span and the counters; it is taken inside a
@@ -305,8 +307,12 @@ static cm_span *large_fit(const free_set *set, size_t pages)
  * between live ones, and the smallest that fits is taken whatever its state (resident on a
  * tie): a hole cut for less keeps the others whole for the requests they fit (the order
  * book's 1 MiB buffer, freed and asked for again, finds its 128 pages; taking resident holes
- * first cost it a new chunk and 1 MiB of peak RSS). Above, they are open runs, where one cut
- * is as good as another: resident ones first. */
+ * first cost it a new chunk and 1 MiB of peak RSS). Above, they are open runs: a request of up
+ * to CM_HEAP_LISTS pages (a class's span, a block below 1 MiB) is cut from a resident one
+ * first, where one cut is as good as another; a larger request takes the smallest run that
+ * fits whatever its state (resident on a tie), which keeps the largest runs whole for the
+ * requests only they fit (resident first for those too, a soak of blocks up to 9 MiB mapped
+ * twice the address space: docs/PERFORMANCE.md). */
 static cm_span *find_locked(size_t pages)
 {
     CM_ASSERT(cm_lock_is_mine(&heap_lock));
@@ -315,8 +321,13 @@ static cm_span *find_locked(size_t pages)
         return free_sets[0].exact[resident];
     if (released != 0)
         return free_sets[1].exact[released];
-    cm_span *span = large_fit(&free_sets[0], pages);
-    return span != NULL ? span : large_fit(&free_sets[1], pages);
+    cm_span *resident_run = large_fit(&free_sets[0], pages);
+    if (resident_run != NULL && pages <= CM_HEAP_LISTS)
+        return resident_run;
+    cm_span *released_run = large_fit(&free_sets[1], pages);
+    bool smaller = released_run != NULL &&
+                   (resident_run == NULL || released_run->pages < resident_run->pages);
+    return smaller ? released_run : resident_run;
 }
 
 /* Cuts span to [span->page + offset, + pages), returning the pieces around it to the lists. */

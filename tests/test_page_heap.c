@@ -18,6 +18,9 @@
  *                                  a span of their own and are handed out first
  *   a_request_spans_resident_and_released_pages  a request only the run of both fits merges
  *                                  them, with no new mapping
+ *   runs_by_request_size           beside a resident 300-page run and a released 200-page one,
+ *                                  150 pages come from the released run (best fit), 100 from
+ *                                  the resident one (resident first)
  * Each resize step is checked by both heap walkers, cm_page_heap_valid and cm_heap_check. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -387,6 +390,37 @@ static void a_request_spans_resident_and_released_pages(void **state)
     expect_heap_valid();
 }
 
+static void runs_by_request_size(void **state)
+{
+    (void)state;
+    cm_page_heap_unmap_free(); /* the heap's only free pages: the runs below */
+    cm_span *whole = cm_page_heap_alloc(600, 1, 0);
+    assert_non_null(whole);
+    cm_page_heap_free(whole); /* 600 resident pages */
+    cm_span *resident = cm_page_heap_alloc(300, 1, 0), *gap = cm_page_heap_alloc(1, 1, 0),
+            *released = cm_page_heap_alloc(200, 1, 0), *rest = cm_page_heap_alloc(99, 1, 0);
+    assert_non_null(resident);
+    assert_non_null(gap);
+    assert_non_null(released);
+    assert_non_null(rest);
+    uintptr_t resident_page = resident->page, released_page = released->page;
+    cm_page_heap_free(resident);
+    cm_page_heap_free_released(released);
+    expect_heap_valid();
+    cm_span *large = cm_page_heap_alloc(150, 1, 0); /* above 128 pages: the smaller run */
+    assert_non_null(large);
+    assert_int_equal(large->page, released_page);
+    cm_span *small = cm_page_heap_alloc(100, 1, 0); /* up to 128: a resident run first */
+    assert_non_null(small);
+    assert_int_equal(small->page, resident_page);
+    expect_heap_valid();
+    cm_page_heap_free(small);
+    cm_page_heap_free(large);
+    cm_page_heap_free(gap);
+    cm_page_heap_free(rest);
+    expect_heap_valid();
+}
+
 int main(void)
 {
     cm_init();
@@ -407,6 +441,7 @@ int main(void)
         cmocka_unit_test(growth_releases_resident_free_pages),
         cmocka_unit_test(resident_pages_go_out_before_released_ones),
         cmocka_unit_test(a_request_spans_resident_and_released_pages),
+        cmocka_unit_test(runs_by_request_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
