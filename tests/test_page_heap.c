@@ -327,9 +327,14 @@ static void resize_fails_when_the_neighbour_is_taken_or_too_small(void **state)
 
 /* ---- resident and released free spans ---------------------------------------------------- */
 
-/* Written pages B between released pages (A, given back, and the fresh chunk's untouched rest):
- * the free spans of the heap's only chunk, left to right. */
-static void released_written_released(uintptr_t *a_page, uintptr_t *b_page)
+/* Written pages between released ones (pages given back, and the fresh chunk's untouched
+ * rest): the free spans of the heap's only chunk, left to right, and where the first two
+ * start. */
+typedef struct {
+    uintptr_t released_page, written_page;
+} chunk_of_both;
+
+static chunk_of_both released_written_released(void)
 {
     cm_page_heap_unmap_free(); /* the chunk below is the heap's only free memory */
     cm_span *a = cm_page_heap_alloc(8, 1, 0), *b = cm_page_heap_alloc(8, 1, 0);
@@ -338,29 +343,29 @@ static void released_written_released(uintptr_t *a_page, uintptr_t *b_page)
     assert_int_equal(b->page, a->page + 8);
     fill_pages(a, 8, 1);
     fill_pages(b, 8, 2);
-    *a_page = a->page;
-    *b_page = b->page;
+    chunk_of_both chunk = {a->page, b->page};
     cm_page_heap_free(a);
     cm_page_heap_release(true);
     cm_page_heap_free(b);
     expect_heap_valid();
+    return chunk;
 }
 
 static void resident_pages_go_out_before_released_ones(void **state)
 {
     (void)state;
-    uintptr_t a_page, b_page;
-    released_written_released(&a_page, &b_page);
+    uintptr_t written = released_written_released().written_page;
     size_t free_bytes, released, large, count;
     cm_page_heap_counters(&free_bytes, &released, &large, &count);
-    assert_int_equal(free_bytes, 8 * CM_PAGE_SIZE); /* B alone is resident */
-    /* Two requests B's 8 pages hold: both cut from B, though A comes first in the address
-     * space and the chunk's rest fits too; no released page is taken. */
+    assert_int_equal(free_bytes, 8 * CM_PAGE_SIZE); /* the written pages alone are resident */
+    /* Two requests the written 8 pages hold: both cut from them, though the released pages
+     * come first in the address space and the chunk's rest fits too; no released page is
+     * taken. */
     cm_span *first = cm_page_heap_alloc(4, 1, 0), *second = cm_page_heap_alloc(1, 1, 1);
     assert_non_null(first);
     assert_non_null(second);
-    assert_int_equal(first->page, b_page);
-    assert_int_equal(second->page, b_page + 4);
+    assert_int_equal(first->page, written);
+    assert_int_equal(second->page, written + 4);
     assert_int_equal(((unsigned char *)cm_span_start(second))[0], 2); /* the pages written */
     size_t released_after;
     cm_page_heap_counters(&free_bytes, &released_after, &large, &count);
@@ -370,21 +375,20 @@ static void resident_pages_go_out_before_released_ones(void **state)
     cm_page_heap_free(second);
     cm_page_heap_free(first);
     expect_heap_valid();
-    (void)a_page;
 }
 
 static void a_request_spans_resident_and_released_pages(void **state)
 {
     (void)state;
-    uintptr_t a_page, b_page;
-    released_written_released(&a_page, &b_page);
+    chunk_of_both chunk = released_written_released();
     size_t mapped = cm_os_mapped_bytes();
     /* The whole chunk: no single free span holds it, the run of the three does. */
     cm_span *whole = cm_page_heap_alloc(CM_HEAP_GROW_MIN / CM_PAGE_SIZE, 1, 0);
     assert_non_null(whole);
-    assert_int_equal(whole->page, a_page);
+    assert_int_equal(whole->page, chunk.released_page);
     assert_int_equal(cm_os_mapped_bytes(), mapped); /* no growth */
-    assert_int_equal(((unsigned char *)page_address(whole, b_page - a_page))[0], 2);
+    assert_int_equal(
+        ((unsigned char *)page_address(whole, chunk.written_page - chunk.released_page))[0], 2);
     expect_heap_valid();
     cm_page_heap_free(whole);
     expect_heap_valid();
