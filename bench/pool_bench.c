@@ -30,7 +30,9 @@
  * How to read it
  *   ns/object  the median round's time divided by --count: one allocation plus one free (or
  *              its share of the reset), with the write and the read under --touch. Lower is
- *              better.
+ *              better. Beneath it the same for the rounds' allocation loops alone and their
+ *              free loops alone (each loop's median, so the two need not add up to the whole):
+ *              where the time goes, as in a free order that makes every free miss the cache.
  *   ops/s      --count / the median round's time: objects allocated and freed per second.
  *   The RESULT line (bench_util.h) has ops_per_sec and wall_s (the median round); the latency
  *   fields are empty. --threads must be 1 (the work is fixed; the matrix runs it once);
@@ -88,6 +90,9 @@ static void need_api(void)
 
 static uint64_t volatile sink;
 
+/* The last round's allocations alone (its first loop), for the split of its time. */
+static uint64_t allocations_ns;
+
 /* One round's work, written once and instantiated for each allocator, --touch, free order and
  * --calls (all constants in each copy): so the loops keep their counters in registers and test
  * nothing but the allocator's result, and every allocator runs the same loop. What a round
@@ -116,6 +121,7 @@ static inline __attribute__((always_inline)) uint64_t run(enum kind kind, bool t
         else
             kept += (uint64_t)(uintptr_t)p;
     }
+    allocations_ns = bench_now_ns() - start;
     /* The frees: each pointer read back (in the free order) and freed. The arena frees nothing
      * one by one, its frees are the reset: it reads the pointers back only to use the objects
      * (touch), and its pointers were folded as they came. */
@@ -260,20 +266,30 @@ int main(int argc, char **argv)
         return 2;
     }
     uint64_t *times = bench_map((size_t)opt.rounds * sizeof *times);
-    for (int r = 0; r < opt.rounds; r++)
+    uint64_t *allocations = bench_map((size_t)opt.rounds * sizeof *allocations);
+    uint64_t *frees = bench_map((size_t)opt.rounds * sizeof *frees);
+    for (int r = 0; r < opt.rounds; r++) {
         times[r] = rounds[opt.kind][opt.touch][opt.order != ORDER_FIFO][opt.calls](objects, order,
                                                                                    pool, arena);
+        allocations[r] = allocations_ns;
+        frees[r] = times[r] - allocations_ns;
+    }
     if (pool)
         cmalloc_pool_destroy(pool);
     if (arena)
         cmalloc_arena_destroy(arena);
     qsort(times, (size_t)opt.rounds, sizeof *times, compare_u64);
+    qsort(allocations, (size_t)opt.rounds, sizeof *allocations, compare_u64);
+    qsort(frees, (size_t)opt.rounds, sizeof *frees, compare_u64);
     double median = (double)times[opt.rounds / 2];
     printf("pool_bench: %s, %zu objects of %zu bytes, free order %s, %d rounds%s\n",
            kinds[opt.kind], opt.count, opt.size, orders[opt.order], opt.rounds,
            opt.touch ? ", objects touched" : "");
     printf("  ns/object  min %.2f  median %.2f  max %.2f\n", (double)times[0] / (double)opt.count,
            median / (double)opt.count, (double)times[opt.rounds - 1] / (double)opt.count);
+    printf("  of which   allocations median %.2f  frees median %.2f (each phase's own median)\n",
+           (double)allocations[opt.rounds / 2] / (double)opt.count,
+           (double)frees[opt.rounds / 2] / (double)opt.count);
     char params[96];
     snprintf(params, sizeof params, "size=%zu;count=%zu;order=%s%s", opt.size, opt.count,
              orders[opt.order], opt.touch ? ";touch" : "");
