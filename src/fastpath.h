@@ -29,8 +29,9 @@
  * cm_free_list_full, which skips the span lookup the general path makes). No byte
  * counts: a cache's bytes are bounded by its lists' max_length, and its local lists by the
  * spans they are on (thread_cache.c).
- * Together 73 instructions per malloc+free pair up to 1152 B (76 above) with the caller's loop
- * and PLT jumps; the budget test counts them with callgrind and fails above its budget.
+ * Together 70 instructions per malloc+free pair up to 1152 B (73 above) with the caller's loop
+ * and PLT jumps; the budget test counts them with callgrind and fails above its budget. free's
+ * pagemap read goes through the hot leaf while the heap has one (pagemap.c).
  */
 /* A free the full list has no room for, of a span the thread owns: onto the span's local list
  * (thread_cache.c, "local lists") while the thread holds it (so the list has objects already)

@@ -155,11 +155,23 @@ size_t cm_pagemap_release_empty(void);
 size_t cm_pagemap_bytes(void);
 void cm_pagemap_fork(int phase);
 void cm_pagemap_set_owner(const cm_span *span, unsigned owner);
+/* The first leaf, while it is the only one (pagemap.c, "the hot leaf"): its root index, or
+ * CM_PAGEMAP_NO_HOT once a second leaf exists; the leaf itself never changes once set. */
+#define CM_PAGEMAP_NO_HOT (~(uintptr_t)0)
+extern uintptr_t cm_pagemap_hot_index;
+extern cm_pagemap_leaf *cm_pagemap_hot_leaf;
 static inline cm_pagemap_leaf *cm_pagemap_leaf_of(const void *address)
 {
+    uintptr_t index = (uintptr_t)address >> (CM_PAGE_SHIFT + CM_PAGEMAP_LEAF_BITS);
+    if (CM_LIKELY(index == __atomic_load_n(&cm_pagemap_hot_index, __ATOMIC_ACQUIRE))) {
+        cm_pagemap_leaf *leaf = cm_pagemap_hot_leaf;
+        if (leaf == NULL) /* never: it is set before the index that names it */
+            __builtin_unreachable();
+        return leaf;
+    }
     if (CM_UNLIKELY((uintptr_t)address >> CM_ADDRESS_BITS))
         return NULL;
-    return cm_pagemap_root[(uintptr_t)address >> (CM_PAGE_SHIFT + CM_PAGEMAP_LEAF_BITS)];
+    return cm_pagemap_root[index];
 }
 static inline size_t cm_pagemap_index(const void *address)
 {

@@ -5,6 +5,15 @@
  *   leaf      2^18 span pointers and pairs of size-class and page-in-span bytes (2.5 MiB mapped
  *             on demand, resident only where written), covering 2 GiB of address space
  *
+ * The hot leaf: while the pagemap has one leaf (a heap within one 2 GiB region, as every
+ * program of the benchmark matrix has), cm_pagemap_leaf_of finds it by comparing the root index
+ * with cm_pagemap_hot_index and reading cm_pagemap_hot_leaf, two loads that do not wait on the
+ * address, instead of the root's entry, a load that does: on free's path from a block's address
+ * to its list, that load lay on the chain each malloc of a malloc-free loop waited on
+ * (docs/PERFORMANCE.md, "The fast path"). A second leaf sets the index to CM_PAGEMAP_NO_HOT for
+ * good, and every lookup reads the root again: a branch guessing between two leaves would cost
+ * more than the load it saves. The hot leaf is the root's entry at the hot index and never
+ * changes, so a reader that sees the old index is right too.
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
  * unmapped or moved. pagemap_lock serializes leaf creation. Every writer of entries holds the
  * page heap's lock (the mmap path too, through cm_page_heap_set_mapped), after
@@ -21,6 +30,8 @@
 #include "internal.h"
 
 cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
+uintptr_t cm_pagemap_hot_index = CM_PAGEMAP_NO_HOT;
+cm_pagemap_leaf *cm_pagemap_hot_leaf;
 static cm_lock pagemap_lock = CM_LOCK_INIT;
 #define LEAF_BYTES    ((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1))
 /* classes and spans, which are page-aligned in size: what a release gives back */
@@ -45,6 +56,10 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
                 return false;
             }
             __atomic_store_n(&cm_pagemap_root[i], leaf, __ATOMIC_RELEASE);
+            if (leaves == 0)
+                cm_pagemap_hot_leaf = leaf;
+            __atomic_store_n(&cm_pagemap_hot_index, leaves == 0 ? i : CM_PAGEMAP_NO_HOT,
+                             __ATOMIC_RELEASE);
             __atomic_store_n(&leaves, leaves + 1, __ATOMIC_RELAXED);
             first_leaf = i < first_leaf ? i : first_leaf;
             last_leaf = i > last_leaf ? i : last_leaf;

@@ -1,5 +1,5 @@
 /* test_pagemap.c - the radix pagemap: entries set and read back, leaves created on demand,
- * addresses outside 48 bits and stale entries rejected. */
+ * addresses outside 48 bits and stale entries rejected, the hot leaf while there is one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +7,46 @@
 #include <stdlib.h>
 
 #include "internal.h"
+
+/* The root's leaves: how many, and the index of the last one found. */
+static size_t leaves_in_root(uintptr_t *index)
+{
+    size_t leaves = 0;
+    for (uintptr_t i = 0; i < (uintptr_t)1 << CM_PAGEMAP_ROOT_BITS; i++)
+        if (cm_pagemap_root[i] != NULL) {
+            leaves++;
+            *index = i;
+        }
+    return leaves;
+}
+
+/* Runs first, before the tests below add leaves far from the heap. The heap's leaf is the hot
+ * one while it is the only leaf (a heap straddling two 2 GiB regions has two from the start,
+ * and then none is hot); a second leaf gives the hot index up for good, and lookups read the
+ * root and stay right. */
+static void the_hot_leaf_lasts_while_it_is_the_only_one(void **state)
+{
+    (void)state;
+    char *block = malloc(100);
+    cm_span *span = cm_span_of(block);
+    assert_non_null(span);
+    uintptr_t index = 0;
+    if (leaves_in_root(&index) == 1) {
+        assert_int_equal(cm_pagemap_hot_index, index);
+        assert_ptr_equal(cm_pagemap_hot_leaf, cm_pagemap_root[index]);
+        assert_ptr_equal(cm_pagemap_leaf_of(block), cm_pagemap_root[index]);
+    } else {
+        assert_int_equal(cm_pagemap_hot_index, CM_PAGEMAP_NO_HOT);
+    }
+    uintptr_t far = ((uintptr_t)0x16b6b << 18) + 9; /* no mapping of cmalloc's is near it */
+    assert_true(cm_pagemap_ensure(far, 1));
+    assert_int_equal(cm_pagemap_hot_index, CM_PAGEMAP_NO_HOT);
+    assert_ptr_equal(cm_span_of(block), span);
+    assert_ptr_equal(cm_pagemap_leaf_of((void *)(far << CM_PAGE_SHIFT)),
+                     cm_pagemap_root[far >> CM_PAGEMAP_LEAF_BITS]);
+    assert_null(cm_pagemap_lookup((void *)(far << CM_PAGE_SHIFT)));
+    free(block);
+}
 
 static void set_and_lookup(void **state)
 {
@@ -69,6 +109,7 @@ int main(void)
 {
     cm_init();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(the_hot_leaf_lasts_while_it_is_the_only_one),
         cmocka_unit_test(set_and_lookup),
         cmocka_unit_test(stale_and_wild_pointers_are_rejected),
         cmocka_unit_test(heap_objects_resolve_to_their_span),
