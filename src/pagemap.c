@@ -5,12 +5,12 @@
  *   leaf      2^18 span pointers and pairs of size-class and page-in-span bytes (2.5 MiB mapped
  *             on demand, resident only where written), covering 2 GiB of address space
  *
- * The hot leaf: while the pagemap has one leaf (a heap within one 2 GiB region, as every
- * program of the benchmark matrix has), cm_pagemap_leaf_of finds it by comparing the root index
- * with cm_pagemap_hot_index and reading cm_pagemap_hot_leaf, two loads that do not wait on the
- * address, instead of the root's entry, a load that does: on free's path from a block's address
- * to its list, that load lay on the chain each malloc of a malloc-free loop waited on
- * (docs/PERFORMANCE.md, "The fast path"). A second leaf sets the index to CM_PAGEMAP_NO_HOT for
+ * The hot leaf: while the pagemap has one leaf (a heap within one 2 GiB region, as each program
+ * of the benchmark matrix had where looked at), cm_pagemap_leaf_of finds it by comparing the
+ * root index with cm_pagemap_hot_index and reading cm_pagemap_hot_leaf, two loads that do not
+ * wait on the address, instead of the root's entry, a load that does: on free's path from a
+ * block's address to its list, that load lay on the chain each malloc of a malloc-free loop
+ * waited on (docs/PERFORMANCE.md, "The fast path", has both). A second leaf sets the index to CM_PAGEMAP_NO_HOT for
  * good, and every lookup reads the root again: a branch guessing between two leaves would cost
  * more than the load it saves. The hot leaf is the root's entry at the hot index and never
  * changes, so a reader that sees the old index is right too.
