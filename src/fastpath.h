@@ -23,7 +23,8 @@
  * (never-used objects in address order, no link to read: thread_cache.c, "fresh runs"), then
  * pops its inbox (a mailbox taken whole, with a prefetch ahead: "inboxes"), and only then
  * calls the slow path. free: a pagemap read of the class byte, an object-start test
- * (with the constants its list carries), the double-free test (the free mark), a push if the list
+ * (with the constants its list carries), the double-free test (the free mark's low byte: a
+ * match goes to the slow path, which tests the word; internal.h), a push if the list
  * has room (a full list sends an object of a span the thread owns to the span's local list, one
  * of the owner the class's outbox collects for to the outbox, and any other to
  * cm_free_list_full, which skips the span lookup the general path makes). No byte
@@ -131,7 +132,7 @@ static CM_ALWAYS_INLINE void cm_free_as(void *p, size_t size, size_t fit, cm_fam
         cm_free_list *list = &cache->lists[size_class];
         uintptr_t mark = cm_free_mark(p);
         if (CM_LIKELY(offset * list->start_magic < list->start_limit &&
-                      ((uintptr_t *)p)[1] != mark && cm_classes[size_class].size >= fit)) {
+                      !cm_object_may_be_free(p, mark) && cm_classes[size_class].size >= fit)) {
             if (CM_LIKELY(--list->room >= 0)) {
                 cm_free_list_push(list, p, mark);
                 return;
@@ -157,10 +158,11 @@ static CM_ALWAYS_INLINE void cm_free(void *p)
 
 /* The class of p if it starts an object of a SMALL span and carries no free mark, tested as
  * cm_free tests it (so 0 before the thread's first slow path, whose empty lists admit no
- * object); else 0, and the caller takes the general path, which reports a bad pointer. For
+ * object); else 0, and the caller takes the general path, which reports a bad pointer (or,
+ * for a live object whose second word merely shares the mark's low byte, serves it). For
  * realloc, which then moves a small block through the fast paths (the general path looks the
  * span up, divides to find the object start, and allocates and frees through the thread
- * cache's slow paths: two moves of 100 B to 300 and back 889 instructions at 8d8bfbd, 299
+ * cache's slow paths: two moves of 100 B to 300 and back 889 instructions at 8d8bfbd, 291
  * now, copies included, tests/test_fastpath_budget.sh), and
  * for malloc_usable_size. cm_free writes the same test out rather than call this: shared,
  * in either shape tried, it cost free a register copy (the fast-path budget's pair 73 -> 74
@@ -175,7 +177,7 @@ static inline size_t cm_small_class_of(const void *p)
                       ((uintptr_t)p & (CM_PAGE_SIZE - 1));
     const cm_free_list *list = &cm_thread_cache_current->lists[size_class];
     bool start = offset * list->start_magic < list->start_limit;
-    return start && !cm_object_is_free(p) ? size_class : 0;
+    return start && !cm_object_may_be_free(p, cm_free_mark(p)) ? size_class : 0;
 }
 
 #pragma GCC visibility pop

@@ -112,7 +112,8 @@ void cm_init(void)
             break;
     }
     cm_list_key = cm_os_random();
-    cm_free_key = cm_os_random();
+    /* the marks' low byte never 0 (internal.h, "free-list links and free marks") */
+    cm_free_key = (cm_os_random() & ~(uintptr_t)(CM_ALIGNMENT - 1)) | CM_FREE_MARK_LOW;
     cm_options_init(environ);
     cm_size_class_init();
     cm_thread_cache_init();

@@ -3,7 +3,8 @@
  * at most CMALLOC_THREAD_CACHE_MAX, what the lists may hold within four), cross-thread frees
  * travelling as whole batches, caches given back at thread exit, a free that waits on a lock
  * not marking its object before it has it, lists left unused giving their objects back, a
- * forked child freeing again what another thread freed before the fork, an exited
+ * forked child freeing again what another thread freed before the fork, a live block that
+ * looks free to the fast path's one-byte test of the free mark, an exited
  * thread's lists stocked for the next thread to start with, and fresh runs (never-used
  * objects a fill hands over as a range: handed out in address order after the list's, given
  * back with the cache). */
@@ -453,6 +454,29 @@ static void free_marks_its_object_after_taking_locks(void **state)
     run_free_into_full_list(true);
 }
 
+/* Free tests a block for its free mark by the mark's low byte and leaves the word to the slow
+ * path (internal.h): a live block whose second word shares only that byte is freed, not
+ * reported, and is the next one handed out; no mark's low byte is 0, a handed-out block's
+ * second word, so a zeroed block never takes the slow path. */
+static void free_mark_lookalike_is_freed(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 64; i++) {
+        uintptr_t *block = malloc(48);
+        assert_non_null(block);
+        uintptr_t mark = cm_free_mark(block);
+        assert_int_not_equal(mark & 0xff, 0);
+        block[1] = mark ^ ((uintptr_t)(i + 1) << 8);
+        assert_true(cm_object_may_be_free(block, mark));
+        assert_false(cm_object_is_free(block));
+        free(block);
+        assert_true(cm_object_is_free(block)); /* freed: it carries the whole mark now */
+        void *again = malloc(48);
+        assert_ptr_equal(again, block);
+        free(again);
+    }
+}
+
 /* glibc's child frees again what a parent thread freed just before the fork (the dlopen'd TLS
  * blocks of tests/programs/fork_dlopen_tls.c). In the child a block on a list the fork left
  * behind (another thread's, or one of that thread's local lists) is out of reach, so such a
@@ -785,6 +809,7 @@ int main(void)
         cmocka_unit_test(full_lists_send_own_frees_to_their_spans),
         cmocka_unit_test(a_held_local_list_is_the_holders_alone),
         cmocka_unit_test(free_marks_its_object_after_taking_locks),
+        cmocka_unit_test(free_mark_lookalike_is_freed),
         cmocka_unit_test(idle_lists_give_their_objects_back),
         cmocka_unit_test(a_child_may_free_again_what_another_thread_freed),
         cmocka_unit_test(local_lists_keep_the_budget),
