@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -455,9 +456,9 @@ static void free_marks_its_object_after_taking_locks(void **state)
 }
 
 /* Free tests a block for its free mark by the mark's low byte and leaves the word to the slow
- * path (internal.h): a live block whose second word shares only that byte is freed, not
- * reported, and is the next one handed out; no mark's low byte is 0, a handed-out block's
- * second word, so a zeroed block never takes the slow path. */
+ * path (internal.h): a live block whose second word shares only that byte is measured, kept in
+ * place by realloc and freed, not reported, and is the next one handed out; no mark's low byte
+ * is 0, a handed-out block's second word, so a zeroed block never takes the slow path. */
 static void free_mark_lookalike_is_freed(void **state)
 {
     (void)state;
@@ -469,6 +470,8 @@ static void free_mark_lookalike_is_freed(void **state)
         block[1] = mark ^ ((uintptr_t)(i + 1) << 8);
         assert_true(cm_object_may_be_free(block, mark));
         assert_false(cm_object_is_free(block));
+        assert_int_equal(malloc_usable_size(block), 48);
+        assert_ptr_equal(realloc(block, 40), block);
         free(block);
         assert_true(cm_object_is_free(block)); /* freed: it carries the whole mark now */
         void *again = malloc(48);
