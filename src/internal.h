@@ -428,17 +428,19 @@ bool cm_pool_valid(const struct cmalloc_pool *pool);
  * by cm_object_hand_out wherever an object goes to the program. So every small object that is
  * free, wherever it sits (a thread cache, a transfer batch, a span's list), carries the mark,
  * and free finds a double free with one compare; program data matches it only by guessing a
- * 64-bit secret. The fast paths compare the mark's low byte only (cm_object_may_be_free) and
+ * 64-bit secret. The fast paths compare one byte of the mark only (cm_object_may_be_free) and
  * send a match to the slow path, which compares the word: a byte load is served from whatever
  * single store last wrote that byte, where a word load over the program's narrower stores
- * still in flight waits for them to reach the cache (a 16-byte object given two 4-byte counts
- * at offsets 8 and 12 and freed at once: 145M malloc-free pairs/s with the word, 161M with the
- * byte). The key's low four bits are CM_FREE_MARK_LOW (set by init.c) and an object's address
- * ends in four zero bits, so that byte is never 0, which a handed-out object's second word is,
- * nor any other number ending in other bits. Every list of objects uses these functions and
+ * still in flight waits for them to reach the cache (a 16-byte block written as bytes at 0 and
+ * 15 and freed at once: 114.0M -> 171.0M malloc-free pairs/s, docs/PERFORMANCE.md). A free
+ * object has every byte of its mark, so a byte that differs proves the object live. The byte
+ * is the mark's lowest (first in memory: little-endian), whose low four bits are
+ * CM_FREE_MARK_LOW (the key's, set by init.c, over an address's four zero bits): never 0,
+ * which a handed-out object's second word is. Every list of objects uses these functions and
  * nothing else. The keys and the report of a corrupted list are error.c's (error.h). */
 #define CM_FREE_MARK_LOW 0xb
 _Static_assert(CM_FREE_MARK_LOW != 0 && CM_FREE_MARK_LOW < CM_ALIGNMENT, "a mark's low byte");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a mark's low byte comes first");
 static inline uintptr_t cm_free_mark_keyed(const void *object, uintptr_t free_key)
 {
     return (uintptr_t)object ^ free_key;
@@ -451,10 +453,10 @@ static inline bool cm_object_is_free(const void *object)
 {
     return ((const uintptr_t *)object)[1] == cm_free_mark(object);
 }
-/* False if object is surely not free (its mark's low byte differs); true if it may be. */
+/* False if object is surely live (a byte of its mark differs); true if it may be free. */
 static inline bool cm_object_may_be_free(const void *object, uintptr_t mark)
 {
-    return ((const uint8_t *)object)[8] == (uint8_t)mark;
+    return ((const uint8_t *)object)[sizeof(uintptr_t)] == (uint8_t)mark;
 }
 static inline void cm_object_hand_out(void *object)
 {
