@@ -428,16 +428,17 @@ bool cm_pool_valid(const struct cmalloc_pool *pool);
  * by cm_object_hand_out wherever an object goes to the program. So every small object that is
  * free, wherever it sits (a thread cache, a transfer batch, a span's list), carries the mark,
  * and free finds a double free with one compare; program data matches it only by guessing a
- * 64-bit secret. The fast paths compare one byte of the mark only (cm_object_may_be_free) and
- * send a match to the slow path, which compares the word: a byte load is served from whatever
- * single store last wrote that byte, where a word load over the program's narrower stores
- * still in flight waits for them to reach the cache (a 16-byte block written as bytes at 0 and
- * 15 and freed at once: 114.0M -> 171.0M malloc-free pairs/s, docs/PERFORMANCE.md). A free
- * object has every byte of its mark, so a byte that differs proves the object live. The byte
- * is the mark's lowest (first in memory: little-endian), whose low four bits are
- * CM_FREE_MARK_LOW (the key's, set by init.c, over an address's four zero bits): never 0,
- * which a handed-out object's second word is. Every list of objects uses these functions and
- * nothing else. The keys and the report of a corrupted list are error.c's (error.h). */
+ * 60-bit secret (the key less its four fixed bits, below). The fast paths compare one byte of
+ * the mark only (cm_object_may_be_free) and send a match to the slow path, which compares the
+ * word: a byte load is served from whatever single store last wrote that byte, where a word
+ * load over the program's narrower stores still in flight waits for them to reach the cache
+ * (a 16-byte block written as bytes at 0 and 15 and freed at once: 114.0M -> 171.0M
+ * malloc-free pairs/s, docs/PERFORMANCE.md). A free object has every byte of its mark, so a
+ * byte that differs proves the object live. The byte is the mark's lowest (first in memory:
+ * little-endian), whose low four bits are CM_FREE_MARK_LOW (the key's, set by init.c, over an
+ * address's four zero bits): never 0, which a handed-out object's second word is. Every list
+ * of objects uses these functions and nothing else. The keys and the report of a corrupted
+ * list are error.c's (error.h). */
 #define CM_FREE_MARK_LOW 0xb
 _Static_assert(CM_FREE_MARK_LOW != 0 && CM_FREE_MARK_LOW < CM_ALIGNMENT, "a mark's low byte");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a mark's low byte comes first");
