@@ -27,6 +27,8 @@
 #   imm1 mixed1 pow1    the fast path: 64-byte malloc/free, windows of mixed and of power-law
 #                       sizes (alloc-immediate-64, alloc-window-mixed, alloc-window-powerlaw),
 #                       at any thread count (imm2, pow4, ...)
+#   tiny1               16-byte malloc/free (not a matrix row): alloc_bench writes bytes 0
+#                       and 15, so each free follows narrow stores into the free mark's word
 #   server1 server2     requests with temporaries over a shared 16,384-slot live set
 #   pool16 pool8 pool24 pool8r pool24r   the pool rows through malloc: 1M x 16 B, 512k x 8 B
 #                       and x 24 B freed in allocation order, and the last two in random order
@@ -71,6 +73,7 @@ row_command() {
     mstress*) echo "build/bench/mstress_bench --slots 1000 --life 10000 --threads ${1#mstress}" ;;
     rpm*) echo "build/bench/rpmalloc_bench --blocks 1000 --round 100 --max-size 16384 --threads ${1#rpm}" ;;
     imm*) echo "build/bench/alloc_bench --mode=immediate --size-dist=fixed --size 64 --threads ${1#imm}" ;;
+    tiny*) echo "build/bench/alloc_bench --mode=immediate --size-dist=fixed --size 16 --threads ${1#tiny}" ;;
     mixed*) echo "build/bench/alloc_bench --mode=window --size-dist=mixed --size 4096 --window 4096" \
         "--threads ${1#mixed}" ;;
     pow*) echo "build/bench/alloc_bench --mode=window --size-dist=powerlaw --size 1048576" \
