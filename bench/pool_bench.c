@@ -90,8 +90,10 @@ static void need_api(void)
 
 static uint64_t volatile sink;
 
-/* The last round's allocations alone (its first loop), for the split of its time. */
-static uint64_t allocations_ns;
+/* A round's time, and its allocations' alone (its first loop), for the split of its time. */
+typedef struct {
+    uint64_t total_ns, allocations_ns;
+} round_time;
 
 /* One round's work, written once and instantiated for each allocator, --touch, free order and
  * --calls (all constants in each copy): so the loops keep their counters in registers and test
@@ -101,10 +103,11 @@ static uint64_t allocations_ns;
  * (ordered false), so that the common case adds no memory traffic of the benchmark's own.
  * calls: cmalloc_pool_alloc/free and cmalloc_arena_alloc called in the library, as
  * (cmalloc_pool_alloc)(pool) does, instead of cmalloc.h's inline fast paths. */
-static inline __attribute__((always_inline)) uint64_t run(enum kind kind, bool touch, bool ordered,
-                                                          bool calls, void **objects,
-                                                          const uint32_t *order, cmalloc_pool *pool,
-                                                          cmalloc_arena *arena)
+static inline __attribute__((always_inline)) round_time run(enum kind kind, bool touch,
+                                                            bool ordered, bool calls,
+                                                            void **objects, const uint32_t *order,
+                                                            cmalloc_pool *pool,
+                                                            cmalloc_arena *arena)
 {
     size_t n = opt.count, size = opt.size;
     uint64_t kept = 0, folded = 0;
@@ -121,7 +124,7 @@ static inline __attribute__((always_inline)) uint64_t run(enum kind kind, bool t
         else
             kept += (uint64_t)(uintptr_t)p;
     }
-    allocations_ns = bench_now_ns() - start;
+    uint64_t allocated = bench_now_ns() - start;
     /* The frees: each pointer read back (in the free order) and freed. The arena frees nothing
      * one by one, its frees are the reset: it reads the pointers back only to use the objects
      * (touch), and its pointers were folded as they came. */
@@ -147,11 +150,11 @@ static inline __attribute__((always_inline)) uint64_t run(enum kind kind, bool t
         fprintf(stderr, "pool_bench: objects were lost or overwritten\n");
         exit(1);
     }
-    return took;
+    return (round_time){.total_ns = took, .allocations_ns = allocated};
 }
 
 #define RUN(kind, touch, ordered, calls)                                                 \
-    static __attribute__((noinline)) uint64_t run_##kind##_##touch##ordered##calls(      \
+    static __attribute__((noinline)) round_time run_##kind##_##touch##ordered##calls(    \
         void **objects, const uint32_t *order, cmalloc_pool *pool, cmalloc_arena *arena) \
     {                                                                                    \
         return run(kind, touch, ordered, calls, objects, order, pool, arena);            \
@@ -164,7 +167,7 @@ RUN_KIND(KIND_MALLOC)
 RUN_KIND(KIND_POOL)
 RUN_KIND(KIND_ARENA)
 
-typedef uint64_t round_fn(void **, const uint32_t *, cmalloc_pool *, cmalloc_arena *);
+typedef round_time round_fn(void **, const uint32_t *, cmalloc_pool *, cmalloc_arena *);
 /* rounds[kind][touch][ordered][calls] */
 #define ROW(k)                                                            \
     {                                                                     \
@@ -269,10 +272,11 @@ int main(int argc, char **argv)
     uint64_t *allocations = bench_map((size_t)opt.rounds * sizeof *allocations);
     uint64_t *frees = bench_map((size_t)opt.rounds * sizeof *frees);
     for (int r = 0; r < opt.rounds; r++) {
-        times[r] = rounds[opt.kind][opt.touch][opt.order != ORDER_FIFO][opt.calls](objects, order,
-                                                                                   pool, arena);
-        allocations[r] = allocations_ns;
-        frees[r] = times[r] - allocations_ns;
+        round_time t = rounds[opt.kind][opt.touch][opt.order != ORDER_FIFO][opt.calls](
+            objects, order, pool, arena);
+        times[r] = t.total_ns;
+        allocations[r] = t.allocations_ns;
+        frees[r] = t.total_ns - t.allocations_ns;
     }
     if (pool)
         cmalloc_pool_destroy(pool);
