@@ -73,7 +73,8 @@ row_command() {
     mstress*) echo "build/bench/mstress_bench --slots 1000 --life 10000 --threads ${1#mstress}" ;;
     rpm*) echo "build/bench/rpmalloc_bench --blocks 1000 --round 100 --max-size 16384 --threads ${1#rpm}" ;;
     imm*) echo "build/bench/alloc_bench --mode=immediate --size-dist=fixed --size 64 --threads ${1#imm}" ;;
-    tiny*) echo "build/bench/alloc_bench --mode=immediate --size-dist=fixed --size 16 --threads ${1#tiny}" ;;
+    tiny*) echo "build/bench/alloc_bench --mode=immediate --size-dist=fixed --size 16" \
+        "--threads ${1#tiny}" ;;
     mixed*) echo "build/bench/alloc_bench --mode=window --size-dist=mixed --size 4096 --window 4096" \
         "--threads ${1#mixed}" ;;
     pow*) echo "build/bench/alloc_bench --mode=window --size-dist=powerlaw --size 1048576" \
