@@ -20,8 +20,8 @@
  *             start and exit included. Higher is better. Counted in chunks of 64 as they finish,
  *             during the measured --seconds after --warmup. Threads started per second are
  *             printed too.
- *   latency   one call in --sample-rate, malloc or free, is timed with the cycle counter, timing
- *             overhead subtracted: p50/p99/p99.9/max per call.
+ *   latency   one call in --sample-rate (1,024), malloc or free, is timed with the cycle
+ *             counter, timing overhead subtracted: p50/p99/p99.9/max per call.
  *   peak RSS  the process's maximum resident set, KiB: the windows' live data (printed) plus what
  *             the allocator holds beside it; grows if exited threads' memory is stranded.
  *   A block found changed when it is freed stops the program with status 3.
@@ -34,7 +34,7 @@
 
 #include "bench_util.h"
 
-static bench_common opt = {1, 0.2, 1.0, 64, 1, "larson"};
+static bench_common opt = {1, 0.2, 1.0, BENCH_SAMPLE_RATE, 1, "larson"};
 static uint64_t window = 5000;
 static uint64_t round_len = 50000; /* replacements per thread */
 static uint64_t min_size = 8;

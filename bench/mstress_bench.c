@@ -23,9 +23,9 @@
  *             and exit included. Higher is better. Counted in chunks of 64 steps as they finish,
  *             during the measured --seconds after --warmup. Threads started per second are
  *             printed too.
- *   latency   one call in --sample-rate, malloc or free, is timed with the cycle counter, timing
- *             overhead subtracted: p50/p99/p99.9/max per call. A thread's first calls, where the
- *             allocator sets up its cache, show in the tail.
+ *   latency   one call in --sample-rate (1,024), malloc or free, is timed with the cycle
+ *             counter, timing overhead subtracted: p50/p99/p99.9/max per call. A thread's first
+ *             calls, where the allocator sets up its cache, show in the tail.
  *   peak RSS  the process's maximum resident set, KiB: grows when an allocator strands the
  *             memory of exited threads instead of reusing it.
  *   A block found changed when it is freed stops the program with status 3.
@@ -38,7 +38,7 @@
 
 #include "bench_util.h"
 
-static bench_common opt = {1, 0.2, 1.0, 64, 1, "mstress"};
+static bench_common opt = {1, 0.2, 1.0, BENCH_SAMPLE_RATE, 1, "mstress"};
 static uint64_t slots = 1000;
 static uint64_t life = 10000;       /* allocator calls per thread */
 static uint64_t max_size = 1024;    /* small sizes: 8 .. max_size */

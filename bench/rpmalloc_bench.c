@@ -21,8 +21,8 @@
  *   ops/s     block replacements per second (one malloc, and one free by this thread or the
  *             next), all threads together. Higher is better. Counted by rounds as they finish,
  *             during the measured --seconds after --warmup.
- *   latency   one call in --sample-rate, malloc or free (local or remote), is timed with the
- *             cycle counter, timing overhead subtracted: p50/p99/p99.9/max per call.
+ *   latency   one call in --sample-rate (1,024), malloc or free (local or remote), is timed
+ *             with the cycle counter, timing overhead subtracted: p50/p99/p99.9/max per call.
  *   peak RSS  the process's maximum resident set, KiB: the live blocks plus what the allocator
  *             keeps; grows when remote frees are stranded in the freeing thread's cache.
  *   A block found changed when it is freed stops the program with status 3.
@@ -36,7 +36,7 @@
 
 #include "bench_util.h"
 
-static bench_common opt = {1, 0.2, 1.0, 64, 1, "rpmalloc"};
+static bench_common opt = {1, 0.2, 1.0, BENCH_SAMPLE_RATE, 1, "rpmalloc"};
 static uint64_t blocks = 1000;
 static uint64_t round_len = 100; /* blocks replaced per round */
 static uint64_t mailbox_rounds = 8;

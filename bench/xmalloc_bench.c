@@ -26,9 +26,10 @@
  *   ops/s     objects freed per second by the consumers, all together (the batch arrays' frees
  *             are not counted). Higher is better. A batch is counted when its last free is done;
  *             the --warmup period before the measured --seconds is not counted.
- *   latency   one malloc in --sample-rate (producers) and one free in --sample-rate (consumers)
- *             is timed with the cycle counter, timing overhead subtracted: p50/p99/p99.9/max per
- *             call, malloc and free also shown apart. Waiting on the queue is not in them.
+ *   latency   one malloc in --sample-rate (1,024) by producers and one free in --sample-rate by
+ *             consumers is timed with the cycle counter, timing overhead subtracted:
+ *             p50/p99/p99.9/max per call, malloc and free also shown apart. Waiting on the queue
+ *             is not in them.
  *   peak RSS  the process's maximum resident set, KiB: the bounded live data above plus what the
  *             allocator keeps of the freed objects (an allocator that strands remote frees in
  *             per-thread caches grows here).
@@ -43,7 +44,7 @@
 
 #include "bench_util.h"
 
-static bench_common opt = {1, 0.2, 1.0, 64, 1, "xmalloc"};
+static bench_common opt = {1, 0.2, 1.0, BENCH_SAMPLE_RATE, 1, "xmalloc"};
 static uint64_t batch_len = 4096; /* objects per batch */
 static uint64_t object_size = 64;
 static uint64_t queue_cap = 100; /* batches the queue holds at most */
