@@ -14,10 +14,10 @@
  *                    a full span that runs came back to until a 1/CM_SPAN_WAKE_DIVISOR of it
  *                    is free (cm_central_take_runs). A span with room whose owner (the
  *                    pagemap's slot) lives is on that owner's list instead of the shared one,
- *                    and only its fills take from it, but for a spare another fill takes
- *                    before it carves (spare_of_another); the owner's exit, or its leaving the
- *                    class idle, shares them. A fill takes a span as its own only when it asks
- *                    for CM_CLAIM_FILL objects or more.
+ *                    and only its fills take from it, but for one behind the list's head that
+ *                    another fill borrows before it carves (borrow_from_another); the owner's
+ *                    exit, or its leaving the class idle, shares them. A fill takes a span as
+ *                    its own only when it asks for CM_CLAIM_FILL objects or more.
  *
  * Spans handed back whole: a span whose every object comes back in its owner's mailbox take
  * becomes the owner's fresh run (or one of its spares) again, its objects still counted out,
@@ -49,8 +49,8 @@ typedef struct central {
     unsigned shared_takes;       /* fills since the last tick that took another thread's batch */
     cm_span *spans;              /* spans with room */
     size_t objects_out;
-    unsigned owned_spares; /* spans on owners' lists behind the first (spare_of_another) */
-    unsigned spare_cursor; /* the slot its next search for one starts after */
+    unsigned owned_behind;  /* spans on owners' lists behind the first (borrow_from_another) */
+    unsigned borrow_cursor; /* the slot its next search for one starts after */
 } __attribute__((aligned(CM_CACHE_LINE))) central;
 
 static central centrals[CM_CLASSES_MAX] = {[0 ... CM_CLASSES_MAX - 1] = {.lock = CM_LOCK_INIT}};
@@ -63,7 +63,7 @@ enum { OWNER_NONE, OWNER_LIVE, OWNER_PARKED }; /* a slot's owner: none, a live c
                                                  parked for a successor (thread_cache.c) */
 static _Atomic uint8_t slot_owner[CM_REMOTE_SLOTS]; /* its spans go on its lists unless NONE */
 static _Atomic unsigned highest_owner; /* the highest slot that ever listed a span: where
-                                          spare_of_another's search stops */
+                                          borrow_from_another's search stops */
 /* The transfer caches' slots, apart from the locks and counters so that those stay on a few
  * pages (a fork's lock handover writes every class's lock: each page touched is copied). */
 static void *transfer[CM_CLASSES_MAX][CM_TRANSFER_SLOTS];               /* full batches */
@@ -131,7 +131,7 @@ static cm_span **list_holding(central *c, const cm_span *span)
 static void span_list_push(central *c, cm_span **head, cm_span *span, unsigned owner)
 {
     if (owner != 0) {
-        c->owned_spares += *head != NULL;
+        c->owned_behind += *head != NULL;
         unsigned highest = atomic_load_explicit(&highest_owner, memory_order_relaxed);
         while (owner > highest && !atomic_compare_exchange_weak(&highest_owner, &highest, owner))
             ;
@@ -155,7 +155,7 @@ static void span_list_add(central *c, cm_span *span)
 static void span_list_remove(central *c, cm_span *span)
 {
     if (span->listed_owner != 0)
-        c->owned_spares -= span->prev != NULL || span->next != NULL;
+        c->owned_behind -= span->prev != NULL || span->next != NULL;
     if (span->prev)
         span->prev->next = span->next;
     else
@@ -269,7 +269,7 @@ static void rerun(cm_span *span, const cm_class_info *info, cm_fresh_run *fresh,
         spares->top = start;
         spares->count++;
     }
-    if (cm_pagemap_owner(start) != owner) /* another owner's fill took it (spare_of_another) */
+    if (cm_pagemap_owner(start) != owner) /* another owner's fill took it (borrow_from_another) */
         cm_pagemap_set_owner(span, owner);
 }
 
@@ -435,7 +435,7 @@ void cm_central_own(unsigned slot)
 }
 
 /* slot's owner exited, and the slot waits with its spans for a successor: they stay its own,
- * but any fill that would carve may take one behind the head of its lists (spare_of_another). */
+ * but any fill that would carve may take one behind the head of its lists (borrow_from_another). */
 void cm_central_park(unsigned slot)
 {
     atomic_store_explicit(&slot_owner[slot], OWNER_PARKED, memory_order_relaxed);
@@ -559,34 +559,34 @@ static uint32_t span_take_locked(cm_span *span, const cm_class_info *info, uint3
     return taken;
 }
 
-/* Whether the owner of slot, whose list of the class starts at head, can spare the span behind
- * head: a parked slot (its thread gone) any, a live owner only once it holds CM_SPARES_KEPT
+/* Whether the owner of slot, whose list of the class starts at head, can lend the span behind
+ * head: a parked slot (its thread gone) any, a live owner only once it holds CM_LENDER_KEEPS
  * more. The head, the span the owner fills from, is never taken. */
-static bool spares_one(unsigned slot, const cm_span *head)
+static bool lends_one(unsigned slot, const cm_span *head)
 {
     const cm_span *behind = head->next;
-    for (unsigned kept = 0; kept < CM_SPARES_KEPT && behind != NULL; kept++)
+    for (unsigned kept = 0; kept < CM_LENDER_KEEPS && behind != NULL; kept++)
         behind = behind->next;
     return head->next != NULL &&
            (behind != NULL ||
             atomic_load_explicit(&slot_owner[slot], memory_order_relaxed) == OWNER_PARKED);
 }
 
-/* A span with room that another owner can spare, for a fill that would otherwise carve a fresh
- * span (NULL: none): of the first CM_SPARE_SCAN behind its list's head, the one with the most
+/* A span with room that another owner can lend, for a fill that would otherwise carve a fresh
+ * span (NULL: none): of the first CM_BORROW_SCAN behind its list's head, the one with the most
  * room, so that the fewest of that owner's blocks come to share pages with the filler's. Those
- * spans behind the heads were where the owner build's memory went (policy.h, CM_SPARE_SCAN). */
-static cm_span *spare_of_another(central *c, unsigned size_class, unsigned owner)
+ * spans behind the heads were where the owner build's memory went (policy.h, CM_BORROW_SCAN). */
+static cm_span *borrow_from_another(central *c, unsigned size_class, unsigned owner)
 {
     const unsigned slots = atomic_load_explicit(&highest_owner, memory_order_relaxed);
-    for (unsigned n = 0; n < slots && c->owned_spares > 0; n++) {
-        unsigned slot = c->spare_cursor = c->spare_cursor % slots + 1;
+    for (unsigned n = 0; n < slots && c->owned_behind > 0; n++) {
+        unsigned slot = c->borrow_cursor = c->borrow_cursor % slots + 1;
         cm_span *head = owned_spans[slot][size_class];
-        if (slot == owner || head == NULL || !spares_one(slot, head))
+        if (slot == owner || head == NULL || !lends_one(slot, head))
             continue;
         cm_span *best = head->next;
         unsigned looked = 1;
-        for (cm_span *span = best->next; span != NULL && looked < CM_SPARE_SCAN;
+        for (cm_span *span = best->next; span != NULL && looked < CM_BORROW_SCAN;
              span = span->next, looked++)
             if (span->used < best->used)
                 best = span;
@@ -596,15 +596,15 @@ static cm_span *spare_of_another(central *c, unsigned size_class, unsigned owner
 }
 
 /* The span a fill by owner takes from: one of its own with room, else one of the shared list,
- * else (a fill that claims what it takes) another owner's spare, else a fresh
+ * else (a fill that claims what it takes) one borrowed from another owner, else a fresh
  * one; NULL when memory is exhausted. */
 static cm_span *own_span(central *c, unsigned size_class, unsigned owner, bool claims)
 {
     if (owner != 0 && owned_spans[owner][size_class] != NULL)
         return owned_spans[owner][size_class];
-    cm_span *spare;
-    if (c->spans == NULL && claims && (spare = spare_of_another(c, size_class, owner)))
-        return spare;
+    cm_span *borrowed;
+    if (c->spans == NULL && claims && (borrowed = borrow_from_another(c, size_class, owner)))
+        return borrowed;
     return c->spans ? c->spans : span_new_locked(c, size_class);
 }
 
@@ -876,7 +876,7 @@ bool cm_central_valid(void)
         for (unsigned slot = 1; slot < CM_REMOTE_SLOTS && ok; slot++)
             ok = span_list_valid(size_class, owned_spans[slot][size_class], slot, &listed_used,
                                  &spares);
-        ok = ok && spares == c->owned_spares;
+        ok = ok && spares == c->owned_behind;
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
             ok = cm_object_list_valid(size_class, transfer[size_class][i], info->batch);
         /* Objects in transfer batches are also counted in their spans' used. */

@@ -169,15 +169,15 @@
 /* The newest batches of a transfer cache a fill looks through for one no other
  * live owner's spans hold (central_cache.c's batch_for). */
 #define CM_TRANSFER_OWN_SCAN 8
-/* Before it carves a fresh span, a fill takes a span with room that another
- * owner can spare (central_cache.c's spare_of_another): the one with the most room of the first
- * CM_SPARE_SCAN behind the head of its list; a live owner keeps its head and CM_SPARES_KEPT
+/* Before it carves a fresh span, a fill borrows a span with room from another owner
+ * (central_cache.c's borrow_from_another): the one with the most room of the first
+ * CM_BORROW_SCAN behind the head of its list; a live owner keeps its head and CM_LENDER_KEEPS
  * more. Peak RSS (`scripts/bench-ab.sh --reps 5 --seconds 0.3 --rows larson2,larson8,rpm8`):
  * larson at 8 threads 33.6 against 39.2 MiB, the rpmalloc-style row 64.9 against 73.5, larson
- * at 2 threads 10.1 against 11.8 MiB at the same speed. Keeping no spare cost larson at 2
+ * at 2 threads 10.1 against 11.8 MiB at the same speed. Lending with none kept cost larson at 2
  * threads 4-9% (its lanes' blocks shared pages again). */
-#define CM_SPARE_SCAN  8
-#define CM_SPARES_KEPT 2
+#define CM_BORROW_SCAN  8
+#define CM_LENDER_KEEPS 2
 /* Allocation misses a new cache fills without a slot while the one owning what it freed is
  * still on its way to being parked (its thread exiting). */
 #define CM_SLOT_WAIT_MISSES 8

@@ -1210,47 +1210,48 @@ static void another_owners_batch_waits_for_it(void **state)
     assert_true(cm_heap_check());
 }
 
-#define SPARE_SIZE  2304 /* a class no other test here allocates */
-#define SPARE_SPANS 4
-/* Before a fill carves a fresh span, it takes a span with room another owner can spare: one
+#define BORROW_SIZE  2304 /* a class no other test here allocates */
+#define BORROW_SPANS 4
+/* Before a fill carves a fresh span, it borrows a span with room from another owner: one
  * behind the head of that owner's list (never the head, which its owner fills from), and of a
- * live owner only while it keeps CM_SPARES_KEPT more. */
-static void a_fill_takes_a_spare_before_carving(void **state)
+ * live owner only while it keeps CM_LENDER_KEEPS more. */
+static void a_fill_borrows_before_carving(void **state)
 {
     (void)state;
-    unsigned c = cm_size_class(SPARE_SIZE), mine = cm_thread_cache_current->slot, other = 900;
+    unsigned c = cm_size_class(BORROW_SIZE), mine = cm_thread_cache_current->slot, other = 900;
     const uint32_t objects = cm_classes[c].objects;
-    assert_true(objects >= 2 && CM_SPARES_KEPT + 2 == SPARE_SPANS);
+    assert_true(objects >= 2 && CM_LENDER_KEEPS + 2 == BORROW_SPANS);
     assert_int_not_equal(mine, 0);
-    void *list, *kept = NULL, *one_of[SPARE_SPANS];
+    void *list, *kept = NULL, *one_of[BORROW_SPANS];
     unsigned spans = 0;
-    assert_int_equal(cm_central_fill(c, SPARE_SPANS * objects, &list, mine), SPARE_SPANS * objects);
+    assert_int_equal(cm_central_fill(c, BORROW_SPANS * objects, &list, mine),
+                     BORROW_SPANS * objects);
     for (void *next; list != NULL; list = next) { /* one object of each span goes back */
         next = cm_link_next(list);
         if (spans == 0 || cm_span_of(list) != cm_span_of(one_of[spans - 1])) {
-            assert_true(spans < SPARE_SPANS);
+            assert_true(spans < BORROW_SPANS);
             one_of[spans++] = list;
         } else {
             cm_link_set(list, kept);
             kept = list;
         }
     }
-    assert_int_equal(spans, SPARE_SPANS);
-    for (unsigned i = 0; i < SPARE_SPANS; i++) {
+    assert_int_equal(spans, BORROW_SPANS);
+    for (unsigned i = 0; i < BORROW_SPANS; i++) {
         cm_link_set(one_of[i], NULL);
         cm_central_flush(c, one_of[i], 1); /* the span has room: on mine's list, newest first */
     }
     cm_central_own(other);
     void *taken, *fresh;
-    /* fills that claim what they take (CM_CLAIM_FILL): the spare has one object */
+    /* fills that claim what they take (CM_CLAIM_FILL): the borrowed span has one object */
     assert_int_equal(cm_central_fill(c, CM_CLAIM_FILL, &taken, other), 1);
-    assert_ptr_equal(taken, one_of[SPARE_SPANS - 2]); /* the span behind mine's head */
+    assert_ptr_equal(taken, one_of[BORROW_SPANS - 2]); /* the span behind mine's head */
     assert_int_equal(cm_pagemap_owner(taken), other);
-    /* mine keeps its head and CM_SPARES_KEPT more: the next fill carves */
+    /* mine keeps its head and CM_LENDER_KEEPS more: the next fill carves */
     unsigned carved = cm_central_fill(c, CM_CLAIM_FILL, &fresh, other);
     assert_true(carved >= CM_CLAIM_FILL);
     for (void *o = fresh; o != NULL; o = cm_link_next(o))
-        for (unsigned i = 0; i < SPARE_SPANS; i++)
+        for (unsigned i = 0; i < BORROW_SPANS; i++)
             assert_ptr_not_equal(cm_span_of(o), cm_span_of(one_of[i]));
     assert_true(cm_heap_check());
     cm_central_flush(c, taken, 1);
@@ -1898,7 +1899,7 @@ int main(void)
         cmocka_unit_test(a_live_owners_spans_are_its_own),
         cmocka_unit_test(a_successor_takes_over_the_slot_of_what_it_frees),
         cmocka_unit_test(another_owners_batch_waits_for_it),
-        cmocka_unit_test(a_fill_takes_a_spare_before_carving),
+        cmocka_unit_test(a_fill_borrows_before_carving),
         cmocka_unit_test(a_class_in_use_is_not_idle_when_empty),
         cmocka_unit_test(a_consumer_posts_its_outbox_to_the_owner),
         cmocka_unit_test(an_outbox_of_1_KiB_blocks_posts_16),
