@@ -85,8 +85,8 @@ static inline uint64_t bench_tsc_stop(void)
 }
 
 /* How often the programs that time single calls time one by default (--sample-rate): one call
- * in 1,024. The fences around a timed call drain the core, and the calls after it start again
- * from an empty pipeline, which costs some allocators' loops more than others': at one call in
+ * in 1,024. The fences around a timed call drain the core, which costs some allocators' loops
+ * more than others' (why is open: docs/PERFORMANCE.md, "What a sample costs"): at one call in
  * 64 the samples took 23-31% of the 64-byte malloc/free loop's throughput (snmalloc 186.1M ->
  * 142.6M ops/s, mimalloc v3 161.8M -> 118.5M, cmalloc 175.8M -> 121.3M), at one in 1,024 2-5%
  * (178.0M, 158.5M, 167.9M; best of 4 alternating runs pinned to one vCPU, `LD_PRELOAD=<lib>
