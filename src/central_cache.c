@@ -840,9 +840,9 @@ bool cm_object_list_valid(unsigned size_class, void *list, size_t expected_lengt
 
 /* True when every span on the list from head is a listed SMALL span of the class with room,
  * each object accounted for (used + free + never used == objects per span); adds their used,
- * and to *spares the spans behind the head. */
+ * and to *behind the spans behind the head. */
 static bool span_list_valid(unsigned size_class, const cm_span *head, unsigned owner,
-                            size_t *listed_used, size_t *spares)
+                            size_t *listed_used, size_t *behind)
 {
     const cm_class_info *info = &cm_classes[size_class];
     for (const cm_span *span = head; span; span = span->next) {
@@ -856,7 +856,7 @@ static bool span_list_valid(unsigned size_class, const cm_span *head, unsigned o
             !cm_object_list_valid(size_class, span->free_objects, free_count))
             return false;
         *listed_used += span->used;
-        *spares += span != head;
+        *behind += span != head;
     }
     return true;
 }
@@ -870,13 +870,13 @@ bool cm_central_valid(void)
     for (unsigned size_class = 1; size_class < cm_class_count && ok; size_class++) {
         central *c = &centrals[size_class];
         const cm_class_info *info = &cm_classes[size_class];
-        size_t listed_used = 0, shared_spares = 0, spares = 0;
+        size_t listed_used = 0, shared_behind = 0, behind = 0;
         cm_lock_acquire(&c->lock);
-        ok = span_list_valid(size_class, c->spans, 0, &listed_used, &shared_spares);
+        ok = span_list_valid(size_class, c->spans, 0, &listed_used, &shared_behind);
         for (unsigned slot = 1; slot < CM_REMOTE_SLOTS && ok; slot++)
             ok = span_list_valid(size_class, owned_spans[slot][size_class], slot, &listed_used,
-                                 &spares);
-        ok = ok && spares == c->owned_behind;
+                                 &behind);
+        ok = ok && behind == c->owned_behind;
         for (unsigned i = 0; i < c->transfer_count && ok; i++)
             ok = cm_object_list_valid(size_class, transfer[size_class][i], info->batch);
         /* Objects in transfer batches are also counted in their spans' used. */
