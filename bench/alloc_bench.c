@@ -13,7 +13,9 @@
  *                       per-thread cache's objects back through the shared layers.
  *   Sizes: --size is the size (fixed) or the upper bound (mixed: log-uniform over [16, size];
  *   powerlaw: Pareto alpha 1.2 from 16 up, cut at size); sizes are drawn into a table before
- *   timing. "touch" writes the first and last byte and one byte per 4 KiB page.
+ *   timing (window mode takes them in turn from a prime number of its entries, so that a new
+ *   object's size is not the one it replaces: "replacements" prints how often it is). "touch"
+ *   writes the first and last byte and one byte per 4 KiB page.
  *
  * How to read it
  *   ops/s     completed malloc+free pairs per second over the measured --seconds, all threads
@@ -159,11 +161,55 @@ static void run_immediate(worker *w)
 /* Window mode's ring of live objects, filled before the start barrier (setup, not timed: with
  * many threads and big windows the first touch of fresh pages takes longer than a short warm-up).
  */
+/* Window mode takes the table's sizes in turn from its first size_cycle entries, a prime that
+ * does not divide the window: were the window a multiple of the cycle (4,096, the table's length,
+ * is the matrix's mixed window), the index would come round with the ring and every new object
+ * would take the size of the one it replaces, one size class per slot for the whole run. */
+static unsigned size_cycle;
+
+static unsigned size_cycle_for(size_t window)
+{
+    static const unsigned primes[] = {4093, 4091, 4079}; /* at most BENCH_SIZE_TABLE */
+    for (size_t i = 0; i < sizeof primes / sizeof primes[0] - 1; i++)
+        if (window % primes[i] != 0)
+            return primes[i];
+    return primes[sizeof primes / sizeof primes[0] - 1]; /* a window of 4093 * 4091 divides */
+}
+
+static inline size_t window_size(const uint32_t *sizes, unsigned *si)
+{
+    size_t sz = sizes[*si];
+    if (++*si == size_cycle)
+        *si = 0;
+    return sz;
+}
+
+/* Of the first pass after the fill and one more (at most 4,096 ops each), the share of ops whose
+ * new object takes the size of the one it frees: the index sequence run_window draws, replayed
+ * without allocating. */
+static double same_size_share(const worker *w)
+{
+    size_t n = opt.window, steps = 2 * (n < 4096 ? n : 4096), same = 0;
+    unsigned *ring = bench_map(n * sizeof(unsigned)), si = 0;
+    for (size_t i = 0; i < n; i++) {
+        ring[i] = si;
+        window_size(w->sizes, &si);
+    }
+    for (size_t k = 0; k < steps; k++) {
+        size_t pos = k % n;
+        unsigned at = si;
+        same += w->sizes[ring[pos]] == window_size(w->sizes, &si);
+        ring[pos] = at;
+    }
+    bench_unmap(ring, n * sizeof(unsigned));
+    return (double)same / (double)steps;
+}
+
 static void fill_window(worker *w)
 {
     w->ring = bench_map(opt.window * sizeof(void *));
     for (size_t i = 0; i < opt.window; i++) {
-        size_t sz = w->sizes[w->size_pos++ & (BENCH_SIZE_TABLE - 1)];
+        size_t sz = window_size(w->sizes, &w->size_pos);
         w->ring[i] = malloc(sz);
         bench_touch(w->ring[i], sz);
     }
@@ -180,7 +226,7 @@ static void run_window(worker *w)
     int seen = BENCH_WARMUP;
     while (check_phase(w, &seen)) {
         for (int k = 0; k < CHUNK; k++) {
-            size_t sz = w->sizes[si++ & (BENCH_SIZE_TABLE - 1)];
+            size_t sz = window_size(w->sizes, &si);
             if (__builtin_expect(--countdown == 0, 0)) {
                 countdown = next_countdown(&rs);
                 uint64_t t0 = bench_tsc_start();
@@ -447,6 +493,7 @@ int main(int argc, char **argv)
         snprintf(params + at, sizeof params - (size_t)at, ";pin");
 
     tsc_overhead = bench_tsc_overhead();
+    size_cycle = size_cycle_for(opt.window);
 
     int nworkers = opt.mode == MODE_CROSSTHREAD ? 2 * opt.threads : opt.threads;
     worker *ws = bench_map((size_t)nworkers * sizeof(worker));
@@ -499,6 +546,10 @@ int main(int argc, char **argv)
     bench_print_lat("free", bench_hist_summary(&hf, cpn));
     bench_print_lat("either call", r.lat);
     printf("  peak RSS       %ld KiB\n", bench_peak_rss_kib());
+    if (opt.mode == MODE_WINDOW)
+        printf("  replacements   %.1f%% of ops allocate the size they free (sizes drawn in turn "
+               "from %u)\n",
+               100.0 * same_size_share(&ws[0]), size_cycle);
     if (opt.sharing && opt.mode == MODE_WINDOW)
         printf("  sharing        %zu of %zu live objects share a 128-byte block with another "
                "thread's\n",

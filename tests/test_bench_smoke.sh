@@ -41,6 +41,14 @@ for m in immediate window crossthread; do
   run "alloc_bench $m" build/bench/alloc_bench --mode=$m --size-dist=mixed --size 2048 --threads 2 $short
 done
 run "alloc_bench powerlaw" build/bench/alloc_bench --mode=window --size-dist=powerlaw --size 1M --window 64 $short
+# the matrix's mixed window (4,096 blocks, the size table's length): each op's new block takes a
+# size of its own, not the one it frees (which the index coming round with the ring once gave)
+build/bench/alloc_bench --mode=window --size-dist=mixed --size 4096 --window 4096 $short \
+  > "$tmp/out" 2>&1
+share=$(sed -n 's/^ *replacements *\([0-9.]*\)%.*/\1/p' "$tmp/out")
+if [ -z "$share" ] || awk -v s="$share" 'BEGIN { exit !(s >= 5) }'; then
+  echo "FAIL alloc_bench window: same-size replacements '$share'%"; sed 's/^/  | /' "$tmp/out"; fail=1
+else echo "ok   alloc_bench window: $share% of replacements take the size they free"; fi
 run "server_bench" build/bench/server_bench --threads 2 --slots 2048 $short
 run "churn_bench" build/bench/churn_bench --threads 2 --objects 64 $short
 # the server-pattern benchmarks, shrunk so each thread's part (a batch, a life, a round) is short
