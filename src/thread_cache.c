@@ -58,7 +58,7 @@
  * outbox for that owner, posted whole (see "outboxes" below).
  * Fresh runs: a fill that would carve a span's never-used objects hands them over as a range
  * instead, which the fast path takes from once the list is empty (see "fresh runs" below).
- * Lock: registry_lock guards the list of live caches, the spare and left-behind caches and
+ * Lock: registry_lock guards the list of live caches, the blank and left-behind caches and
  * budget handover; it is the outermost lock (internal.h). The caches themselves are touched
  * only by their thread; stats read published_size, which the slow paths update for the list
  * they touch and store atomically.
@@ -79,7 +79,8 @@ static CM_THREAD_LOCAL uint8_t thread_state;
 
 static cm_lock registry_lock = CM_LOCK_INIT;
 static cm_thread_cache *registry;     /* live caches */
-static cm_thread_cache *spare_caches; /* caches of exited threads, linked through next */
+static cm_thread_cache *blank_caches; /* exited threads' caches with no lists or budget,
+                                         for the next ones made; linked through next */
 static cm_thread_cache *left_behind;  /* a forked child's: the other threads' caches, kept
                                          whole and never reused (cm_thread_cache_fork) */
 static size_t live_caches;
@@ -642,7 +643,7 @@ static void unregister_to(cm_thread_cache *cache, cm_thread_cache **to)
 
 static void unregister(cm_thread_cache *cache)
 {
-    unregister_to(cache, &spare_caches);
+    unregister_to(cache, &blank_caches);
 }
 
 /* ---- remote frees (remote.c has the mailboxes) -------------------------------------------- */
@@ -1058,13 +1059,13 @@ static bool take_left_behind_remote(void *object, unsigned size_class)
  * CM_STOCKED_CACHES of them, newest first, under registry_lock; past that it is flushed), and
  * the next cache created is the newest stocked one, lists, budget and all. Its slot it opens as
  * a new cache does, on a miss: the parked one that owns what its thread freed first, or else
- * what its lists hold (its last thread's). A stocked cache unused for a release delay (looked
- * at when a cache is created and with the parked slots, on allocation misses), one whose
- * budget is over CMALLOC_THREAD_CACHE_MAX, and every one at cmalloc_release, gives its lists
- * back and becomes a spare. Its objects stay marked free and count as used in their spans, as
- * on a live list; stats count them with the thread caches; the budget stays claimed. Stocked
- * caches are whole and untouched outside registry_lock: a forked child keeps them as they
- * are. */
+ * what its lists hold (its last thread's). A stocked cache's objects stay marked free and count
+ * as used in their spans, as on a live list; stats count them with the thread caches; the
+ * budget stays claimed. One unused for a release delay (looked at when a cache is created and
+ * with the parked slots, on allocation misses), one whose budget is over
+ * CMALLOC_THREAD_CACHE_MAX, and every one at cmalloc_release, gives its lists and budget back
+ * and becomes a blank, a struct for the next cache made. Stocked caches are whole and
+ * untouched outside registry_lock: a forked child keeps them as they are. */
 static cm_thread_cache *stocked;       /* newest first, linked through next */
 static _Atomic unsigned stocked_count; /* written under registry_lock */
 
@@ -1100,7 +1101,7 @@ static void unstock_flushed_locked(cm_thread_cache **at)
 }
 
 /* Gives back the lists of the caches stocked longer than a release delay (every one: all),
- * which become spares; cheap when none is stocked. */
+ * which become blanks; cheap when none is stocked. */
 static void release_stock(uint64_t now, bool all)
 {
     if (atomic_load_explicit(&stocked_count, memory_order_relaxed) == 0)
@@ -1115,8 +1116,8 @@ static void release_stock(uint64_t now, bool all)
             continue;
         }
         unstock_flushed_locked(at);
-        cache->next = spare_caches;
-        spare_caches = cache;
+        cache->next = blank_caches;
+        blank_caches = cache;
     }
     cm_lock_release(&registry_lock);
 }
@@ -1258,8 +1259,8 @@ static CM_NOINLINE cm_thread_cache *create(void)
         unstock_locked(&stocked);
     } else if (cache != NULL) { /* its budget is over the option, lowered since */
         unstock_flushed_locked(&stocked);
-    } else if ((cache = spare_caches) != NULL) {
-        spare_caches = cache->next;
+    } else if ((cache = blank_caches) != NULL) {
+        blank_caches = cache->next;
     }
     cm_lock_release(&registry_lock);
     if (warm) {
