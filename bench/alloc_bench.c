@@ -158,9 +158,6 @@ static void run_immediate(worker *w)
     }
 }
 
-/* Window mode's ring of live objects, filled before the start barrier (setup, not timed: with
- * many threads and big windows the first touch of fresh pages takes longer than a short warm-up).
- */
 /* Window mode takes the table's sizes in turn from its first size_cycle entries, a prime that
  * does not divide the window: were the window a multiple of the cycle (4,096, the table's length,
  * is the matrix's mixed window), the index would come round with the ring and every new object
@@ -173,7 +170,7 @@ static unsigned size_cycle_for(size_t window)
     for (size_t i = 0; i < sizeof primes / sizeof primes[0] - 1; i++)
         if (window % primes[i] != 0)
             return primes[i];
-    return primes[sizeof primes / sizeof primes[0] - 1]; /* a window of 4093 * 4091 divides */
+    return primes[sizeof primes / sizeof primes[0] - 1]; /* 4093 and 4091 both divide it */
 }
 
 static inline size_t window_size(const uint32_t *sizes, unsigned *si)
@@ -186,7 +183,7 @@ static inline size_t window_size(const uint32_t *sizes, unsigned *si)
 
 /* Of the first pass after the fill and one more (at most 4,096 ops each), the share of ops whose
  * new object takes the size of the one it frees: the index sequence run_window draws, replayed
- * without allocating. */
+ * without allocating, on w's table (each worker's is drawn apart). */
 static double same_size_share(const worker *w)
 {
     size_t n = opt.window, steps = 2 * (n < 4096 ? n : 4096), same = 0;
@@ -205,6 +202,9 @@ static double same_size_share(const worker *w)
     return (double)same / (double)steps;
 }
 
+/* Window mode's ring of live objects, filled before the start barrier (setup, not timed: with
+ * many threads and big windows the first touch of fresh pages takes longer than a short warm-up).
+ */
 static void fill_window(worker *w)
 {
     w->ring = bench_map(opt.window * sizeof(void *));
