@@ -2,14 +2,15 @@
 """vs-best-peer - each cell of a matrix.csv against the fastest peer, and the geometric means.
 
   scripts/vs-best-peer.py MATRIX.csv [--mine cmalloc,owner] [--peers jemalloc,tcmalloc,...]
-                          [--spread RUNS.csv]
+                          [--spread RUNS.csv] [--floor 0.9]
 
 For every (workload, threads) cell that every allocator of --mine ran: each one's speed over
 the fastest --peers allocator's (ops/s; whole programs: 1 / wall time), and that peer. Then,
 over those cells, the geometric mean of each --mine allocator against the best peer, of each
 peer against the best of all the others (the --mine ones included), and each one's speed and
 peak RSS against jemalloc's. The figures docs/DESIGN.md quotes as "against the best peer" and
-the speed and memory "x jemalloc" README quotes come from it.
+the speed and memory "x jemalloc" README quotes come from it, and for each --mine allocator
+how many cells it runs below --floor (0.9) of the best peer.
 --spread RUNS.csv (the run's every repetition) adds how much the run moved: for each
 allocator, the fastest of a cell's repetitions over the slowest, at the median cell.
 Standard library only.
@@ -23,6 +24,7 @@ ap.add_argument("matrix")
 ap.add_argument("--mine", default="cmalloc")
 ap.add_argument("--peers", default="jemalloc,tcmalloc,mimalloc,snmalloc,mimalloc3")
 ap.add_argument("--spread", metavar="RUNS.csv")
+ap.add_argument("--floor", type=float, default=0.9)
 args = ap.parse_args()
 mine, peers = args.mine.split(","), args.peers.split(",")
 
@@ -42,6 +44,7 @@ cells = sorted({(w, t) for w, t, _ in speed if all(speed.get((w, t, m), 0) > 0 f
 logs = {name: [] for name in mine + peers}
 speed_logs = {name: [] for name in mine + peers}
 rss_logs = {name: [] for name in mine + peers}
+below = {name: 0 for name in mine}
 print("%-22s %2s " % ("workload", "T") + "".join("%10s" % m for m in mine) + "  best peer")
 for w, t in cells:
     ran = {a: speed[w, t, a] for a in mine + peers if speed.get((w, t, a), 0) > 0}
@@ -50,6 +53,8 @@ for w, t in cells:
         continue
     print("%-22s %2d " % (w, t) + "".join("%10.2f" % (ran[m] / ran[best_peer]) for m in mine) +
           "  %s %.3g" % (best_peer, ran[best_peer]))
+    for m in mine:
+        below[m] += ran[m] / ran[best_peer] < args.floor
     for name in ran:
         others = [ran[a] for a in (peers if name in mine else mine + peers) if a in ran and a != name]
         if others:
@@ -64,9 +69,10 @@ def geomean(values):
 
 for name in mine + peers:
     if logs[name]:
-        print("%-10s %s %.3f over %d cells; speed x jemalloc %s, peak RSS x jemalloc %s" % (
+        print("%-10s %s %.3f over %d cells%s; speed x jemalloc %s, peak RSS x jemalloc %s" % (
             name, "vs best peer " if name in mine else "vs best other",
             math.exp(sum(logs[name]) / len(logs[name])), len(logs[name]),
+            ", %d below %g" % (below[name], args.floor) if name in mine else "",
             geomean(speed_logs[name]), geomean(rss_logs[name])))
 if args.spread:
     reps = {}

@@ -3,9 +3,9 @@
 # that parses (all keys, in order, numbers where numbers belong), fault_cost its table; then a
 # one-cell matrix goes through scripts/bench-matrix.sh (the entry point of
 # scripts/bench-matrix.py) and yields matrix.csv/md with the right header, and the summary it
-# prints is checked on made-up runs whose answer is known; scripts/bench-ab.sh prints its two
-# tables. Run by `make test` from the top directory (which builds build/bench/* and the
-# library); about 4 s.
+# prints is checked on made-up runs whose answer is known, and scripts/vs-best-peer.py's mean
+# and cells below its floor on the same; scripts/bench-ab.sh prints its two tables. Run by
+# `make test` from the top directory (which builds build/bench/* and the library); about 4 s.
 set -u
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-smoke.XXXXXX")
@@ -119,6 +119,13 @@ if sh scripts/bench-matrix.sh --report "$tmp/made-up" > "$tmp/summary.txt" 2>&1;
 else
   echo "FAIL bench-matrix.sh --report:"; sed 's/^/  | /' "$tmp/summary.txt"; fail=1
 fi
+# vs-best-peer on the same cells: cmalloc at 1.2, 1.2, 1.6 and 1.0 of the best peer, so a
+# geometric mean of 1.232 and three cells below a floor of 1.3
+python3 scripts/vs-best-peer.py "$tmp/made-up/matrix.csv" --peers jemalloc,mimalloc --floor 1.3 \
+  > "$tmp/vs.txt" 2>&1
+if grep -q '^cmalloc  *vs best peer  1.232 over 4 cells, 3 below 1.3;' "$tmp/vs.txt"; then
+  echo "ok   vs-best-peer: the geometric mean and the cells below the floor"
+else echo "FAIL vs-best-peer:"; sed 's/^/  | /' "$tmp/vs.txt"; fail=1; fi
 
 # bench-ab: two builds (here the same library twice) head to head, pinned to one vCPU; each
 # prints its median and the ratio table (a ratio within a repetition, its lowest and highest).
