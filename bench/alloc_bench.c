@@ -163,10 +163,11 @@ static void run_immediate(worker *w)
  * is the matrix's mixed window), the index would come round with the ring and every new object
  * would take the size of the one it replaces, one size class per slot for the whole run. */
 static unsigned size_cycle;
+_Static_assert(BENCH_SIZE_TABLE >= 4093, "the size cycles fit the size table");
 
 static unsigned size_cycle_for(size_t window)
 {
-    static const unsigned primes[] = {4093, 4091, 4079}; /* at most BENCH_SIZE_TABLE */
+    static const unsigned primes[] = {4093, 4091, 4079};
     for (size_t i = 0; i < sizeof primes / sizeof primes[0] - 1; i++)
         if (window % primes[i] != 0)
             return primes[i];
