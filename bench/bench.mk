@@ -6,7 +6,7 @@
 
 BENCH_WORKLOADS := alloc_bench server_bench churn_bench peak_rss
 BENCH_WORKLOADS += xmalloc_bench mstress_bench larson_bench rpmalloc_bench guard_calls
-BENCH_WORKLOADS += fault_cost
+BENCH_WORKLOADS += fault_cost thread_stacks
 BENCH_OWN_BINS  := $(addprefix build/bench/,$(BENCH_WORKLOADS))
 BENCH_BINS      += $(BENCH_OWN_BINS)
 BENCH_CFLAGS    := -std=gnu11 -pthread

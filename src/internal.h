@@ -131,9 +131,16 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
  * reads. The class byte beside each span pointer lets free find a small object's class without
  * touching the span; it sits beside the page's distance from its span's start, which free's
  * object-start test needs too, so that free reads one line of the leaf, not two. */
-#define CM_PAGEMAP_LEAF_BITS    18
+#define CM_PAGEMAP_LEAF_BITS    21
 #define CM_PAGEMAP_LEAF_ENTRIES ((size_t)1 << CM_PAGEMAP_LEAF_BITS)
 #define CM_PAGEMAP_ROOT_BITS    (CM_ADDRESS_BITS - CM_PAGE_SHIFT - CM_PAGEMAP_LEAF_BITS)
+/* A leaf's entries in the kernel's pages, numbered classes first, then spans; each written
+ * page is counted (pagemap.c). */
+#define CM_PAGEMAP_CLASSES_PER_PAGE (CM_SYSTEM_PAGE / sizeof(cm_page_class))
+#define CM_PAGEMAP_SPANS_PER_PAGE   (CM_SYSTEM_PAGE / sizeof(cm_span *))
+#define CM_PAGEMAP_CLASS_PAGES      (CM_PAGEMAP_LEAF_ENTRIES / CM_PAGEMAP_CLASSES_PER_PAGE)
+#define CM_PAGEMAP_ENTRY_PAGES                                                             \
+    (CM_PAGEMAP_CLASS_PAGES + CM_PAGEMAP_LEAF_ENTRIES / CM_PAGEMAP_SPANS_PER_PAGE)
 typedef struct cm_page_class {
     uint8_t size_class; /* the page's span's size_class, or 0 */
     uint8_t span_pages; /* SMALL: pages from the span's start */
@@ -144,14 +151,20 @@ typedef struct cm_page_class {
 typedef struct cm_pagemap_leaf {
     cm_page_class classes[CM_PAGEMAP_LEAF_ENTRIES]; /* first: free indexes it with no offset */
     cm_span *spans[CM_PAGEMAP_LEAF_ENTRIES];
-    size_t used;   /* entries that are not NULL (written under the page heap's lock) */
-    bool released; /* classes and spans given back to the OS while used == 0 */
+    size_t written_pages; /* of classes and spans, written since given back: resident */
+    uint64_t written[CM_PAGEMAP_ENTRY_PAGES / 64]; /* which (a bit a page, classes first) */
 } cm_pagemap_leaf;
 extern cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
+/* Whether entry page number of leaf was written since it was last given back (else it holds
+ * zeros); racy outside the page heap's lock, as the entries are. */
+static inline bool cm_pagemap_written(const cm_pagemap_leaf *leaf, size_t number)
+{
+    return (__atomic_load_n(&leaf->written[number / 64], __ATOMIC_RELAXED) >> (number % 64)) & 1;
+}
 bool cm_pagemap_ensure(uintptr_t page, size_t pages);
 void cm_pagemap_set(uintptr_t page, cm_span *span);
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
-size_t cm_pagemap_release_empty(void);
+size_t cm_pagemap_release_unused(void);
 size_t cm_pagemap_bytes(void);
 void cm_pagemap_fork(int phase);
 void cm_pagemap_set_owner(const cm_span *span, unsigned owner);

@@ -59,6 +59,17 @@ void *cm_os_map(size_t size)
     return cm_os_map_aligned(size, CM_PAGE_SIZE);
 }
 
+/* Maps size bytes of zeros for a table that is read anywhere and written in few places (the
+ * pagemap's leaves): resident only where written, and not counted as mapped, as its owner
+ * counts what it writes. NULL on failure. */
+void *cm_os_map_sparse(size_t size)
+{
+    ERRNO_KEEP;
+    void *p = map_raw(size);
+    ERRNO_RESTORE;
+    return p;
+}
+
 /* Maps size bytes (a multiple of CM_PAGE_SIZE) at an address aligned to alignment (a power of
  * two >= CM_PAGE_SIZE): over-map, then trim both ends. NULL on failure. */
 void *cm_os_map_aligned(size_t size, size_t alignment)

@@ -62,6 +62,7 @@ enum { CM_FORK_PREPARE, CM_FORK_PARENT, CM_FORK_CHILD };
 /* os.c: the only file that talks to the kernel */
 void *cm_os_map(size_t size);
 void *cm_os_map_aligned(size_t size, size_t alignment);
+void *cm_os_map_sparse(size_t size);
 void cm_os_unmap(void *address, size_t size);
 void cm_os_release(void *address, size_t size);
 void cm_os_populate(void *address, size_t size);

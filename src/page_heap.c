@@ -533,7 +533,7 @@ size_t cm_page_heap_release(bool everything)
         release_idle_locked(cm_os_now_ms(), everything || delay < 0 ? 0 : (uint64_t)delay);
     size_t bytes = pages << CM_PAGE_SHIFT;
     if (everything)
-        bytes += cm_pagemap_release_empty();
+        bytes += cm_pagemap_release_unused();
     cm_lock_release(&heap_lock);
     return bytes;
 }

@@ -1,32 +1,38 @@
 /* pagemap.c - the map from page number to span, a two-level radix tree over 48-bit addresses.
  *
- *   address:  | 17 bits: root index | 18 bits: leaf index | 13 bits: offset in page |
- *   root      static array of 2^17 leaf pointers (1 MiB of .bss, touched only where used)
- *   leaf      2^18 span pointers and pairs of size-class and page-in-span bytes (2.5 MiB mapped
- *             on demand, resident only where written), covering 2 GiB of address space
+ *   address:  | 14 bits: root index | 21 bits: leaf index | 13 bits: offset in page |
+ *   root      static array of 2^14 leaf pointers (128 KiB of .bss, touched only where used)
+ *   leaf      2^21 span pointers and pairs of size-class and page-in-span bytes (24 MiB mapped
+ *             on demand, resident only where written), covering 16 GiB of address space
  *
- * The hot leaf: while the pagemap has one leaf (a heap within one 2 GiB region, as each program
- * of the benchmark matrix had where looked at), cm_pagemap_leaf_of finds it by comparing the
- * root index with cm_pagemap_hot_index and reading cm_pagemap_hot_leaf, two loads that do not
- * wait on the address, instead of the root's entry, a load that does and lay on free's path
- * from a block's address to its list (the 64-byte malloc-free loop 124.9M ops/s with the hot
- * leaf, 106.1M without: docs/PERFORMANCE.md, "The fast path", with the command). A second
- * leaf sets the index to CM_PAGEMAP_NO_HOT for good, and every lookup reads the root again: a
- * branch guessing between two leaves would cost more than the load it saves. The hot leaf is
- * the root's entry at the hot index and never changes, so a reader that sees the old index is
- * right too.
+ * The hot leaf: while the pagemap has one leaf (a heap within one 16 GiB region),
+ * cm_pagemap_leaf_of finds it by comparing the root index with cm_pagemap_hot_index and
+ * reading cm_pagemap_hot_leaf, two loads that do not wait on the address, instead of the
+ * root's entry, a load that does and lay on free's path from a block's address to its list
+ * (the 64-byte malloc-free loop 124.9M ops/s with the hot leaf, 106.1M without:
+ * docs/PERFORMANCE.md, "The fast path", with the command). A second leaf sets the index to
+ * CM_PAGEMAP_NO_HOT for good, and every lookup reads the root again: a branch guessing between
+ * two leaves would cost more than the load it saves. The hot leaf is the root's entry at the
+ * hot index and never changes, so a reader that sees the old index is right too. A leaf
+ * covers 16 GiB, not the 2 GiB it covered up to 630419c, because the kernel places thread
+ * stacks among the heap's mappings: a program that started 200 threads and then mapped
+ * 256 MiB spread over more than 2 GiB and lost the hot leaf in 10 runs of 10, alloc_bench's
+ * crossthread mode at 8 pairs in 1 of 10 (docs/PERFORMANCE.md, "Measured at e40c6c6");
+ * the address space a leaf maps costs nothing until written.
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
  * unmapped or moved. pagemap_lock serializes leaf creation. Every writer of entries holds the
  * page heap's lock (the mmap path too, through cm_page_heap_set_mapped), after
- * cm_pagemap_ensure; so does cm_pagemap_release_empty, which gives back the pages of a leaf
- * whose entries are all NULL: a reader then finds zero pages, which read as NULL entries, the
- * same answer. A leaf counts in the metadata bytes while it is not released.
+ * cm_pagemap_ensure; so does cm_pagemap_release_unused, which gives back the pages of entries
+ * that map nothing: a reader then finds zero pages, which read as NULL entries, the same
+ * answer. Each leaf counts the pages of entries written since they were last given back
+ * (written_pages, a bit a page in written): those are what it holds resident, the figure
+ * the metadata bytes count.
  * Invariant: an entry is NULL or points to the live span that contains its page, and its
  * class byte equals that span's size_class (0 when NULL) and, for a SMALL span, its page
- * byte is the page's distance from the span's first page; a leaf's used counts its entries
- * that are not NULL, and a released leaf has used == 0. Every page of a span has
- * the same owner (0 when the span is set), written by the central cache on a fill (under the
- * class's lock: the span is SMALL, so its leaf is in use and never released meanwhile).
+ * byte is the page's distance from the span's first page; every page of a leaf's entries that
+ * is not zero has its bit in written. Every page of a span has the same owner (0 when the span
+ * is set), written by the central cache on a fill (under the class's lock: the span is SMALL,
+ * so its class bytes are not zero and their page is never given back meanwhile).
  */
 #include "internal.h"
 
@@ -34,12 +40,13 @@ cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
 uintptr_t cm_pagemap_hot_index = CM_PAGEMAP_NO_HOT;
 cm_pagemap_leaf *cm_pagemap_hot_leaf;
 static cm_lock pagemap_lock = CM_LOCK_INIT;
-#define LEAF_BYTES    ((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1))
-/* classes and spans, which are page-aligned in size: what a release gives back */
-#define ENTRIES_BYTES (offsetof(cm_pagemap_leaf, used) & ~(CM_PAGE_SIZE - 1))
+#define LEAF_BYTES       ((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1))
+_Static_assert(offsetof(cm_pagemap_leaf, spans) == CM_PAGEMAP_CLASS_PAGES * CM_SYSTEM_PAGE &&
+                   offsetof(cm_pagemap_leaf, written_pages) % CM_SYSTEM_PAGE == 0,
+               "entry pages are numbered classes first, then spans, with nothing between");
 /* Root indexes that have a leaf lie in [first_leaf, last_leaf]; written under pagemap_lock. */
 static size_t first_leaf = SIZE_MAX, last_leaf;
-static size_t leaves, released_leaves; /* leaves under pagemap_lock; released: heap lock */
+static size_t leaves; /* under pagemap_lock */
 
 /* Makes sure leaves exist for pages [page, page + pages). False when the OS refuses memory. */
 bool cm_pagemap_ensure(uintptr_t page, size_t pages)
@@ -51,7 +58,7 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
             continue;
         cm_lock_acquire(&pagemap_lock);
         if (cm_pagemap_root[i] == NULL) {
-            cm_pagemap_leaf *leaf = cm_os_map(LEAF_BYTES);
+            cm_pagemap_leaf *leaf = cm_os_map_sparse(LEAF_BYTES);
             if (leaf == NULL) {
                 cm_lock_release(&pagemap_lock);
                 return false;
@@ -61,7 +68,7 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
                 cm_pagemap_hot_leaf = leaf;
             __atomic_store_n(&cm_pagemap_hot_index, leaves == 0 ? i : CM_PAGEMAP_NO_HOT,
                              __ATOMIC_RELEASE);
-            __atomic_store_n(&leaves, leaves + 1, __ATOMIC_RELAXED);
+            leaves++;
             first_leaf = i < first_leaf ? i : first_leaf;
             last_leaf = i > last_leaf ? i : last_leaf;
         }
@@ -70,17 +77,29 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
     return true;
 }
 
+/* The address of entry page number (classes first, then spans) of leaf. */
+static char *entry_page(cm_pagemap_leaf *leaf, size_t number)
+{
+    return (char *)leaf->classes + number * CM_SYSTEM_PAGE;
+}
+
+/* Counts entry page number of leaf as written (a write makes a page resident, NULL or not). */
+static void mark_written(cm_pagemap_leaf *leaf, size_t number)
+{
+    uint64_t bit = (uint64_t)1 << (number % 64);
+    if ((leaf->written[number / 64] & bit) == 0) {
+        __atomic_store_n(&leaf->written[number / 64], leaf->written[number / 64] | bit,
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&leaf->written_pages, leaf->written_pages + 1, __ATOMIC_RELAXED);
+    }
+}
+
 void cm_pagemap_set(uintptr_t page, cm_span *span)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS];
     size_t i = page & (CM_PAGEMAP_LEAF_ENTRIES - 1);
-    if ((leaf->spans[i] == NULL) != (span == NULL)) {
-        leaf->used += span ? 1 : (size_t)-1;
-        if (leaf->released) { /* its pages come back as they are written */
-            leaf->released = false;
-            __atomic_store_n(&released_leaves, released_leaves - 1, __ATOMIC_RELAXED);
-        }
-    }
+    mark_written(leaf, i / CM_PAGEMAP_CLASSES_PER_PAGE);
+    mark_written(leaf, CM_PAGEMAP_CLASS_PAGES + i / CM_PAGEMAP_SPANS_PER_PAGE);
     leaf->spans[i] = span;
     leaf->classes[i].size_class = span ? span->size_class : 0;
     leaf->classes[i].span_pages = span && span->size_class ? (uint8_t)(page - span->page) : 0;
@@ -105,9 +124,21 @@ void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span)
         cm_pagemap_set(page + i, span);
 }
 
-/* Gives back the entry pages of every leaf that maps nothing (the caller holds the page heap's
- * lock, so no entry changes meanwhile). Returns the bytes given back. */
-size_t cm_pagemap_release_empty(void)
+/* Whether the kernel's page at start holds zeros only: entries that map nothing. */
+static bool page_is_zero(const char *start)
+{
+    const uint64_t *words = (const uint64_t *)start;
+    uint64_t any = 0;
+    for (size_t i = 0; i < CM_SYSTEM_PAGE / sizeof *words; i++)
+        any |= __atomic_load_n(&words[i], __ATOMIC_RELAXED); /* owners are written racily */
+    return any == 0;
+}
+
+/* Gives back the written entry pages of every leaf that map nothing now (every written page of
+ * a leaf that maps nothing), the caller holding the page heap's lock, so that no entry changes
+ * meanwhile but the owners of SMALL spans' pages, whose class bytes are not zero. Returns the
+ * bytes given back. */
+size_t cm_pagemap_release_unused(void)
 {
     cm_lock_acquire(&pagemap_lock);
     size_t first = first_leaf, last = last_leaf;
@@ -115,22 +146,38 @@ size_t cm_pagemap_release_empty(void)
     size_t bytes = 0;
     for (size_t i = first; i <= last && first != SIZE_MAX; i++) {
         cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE);
-        if (leaf == NULL || leaf->used != 0 || leaf->released)
-            continue;
-        cm_os_release(leaf, ENTRIES_BYTES);
-        leaf->released = true;
-        __atomic_store_n(&released_leaves, released_leaves + 1, __ATOMIC_RELAXED);
-        bytes += ENTRIES_BYTES;
+        for (size_t word = 0; leaf != NULL && word < CM_PAGEMAP_ENTRY_PAGES / 64; word++) {
+            for (uint64_t bits = leaf->written[word]; bits != 0; bits &= bits - 1) {
+                size_t number = word * 64 + (size_t)__builtin_ctzll(bits);
+                if (!page_is_zero(entry_page(leaf, number)))
+                    continue;
+                cm_os_release(entry_page(leaf, number), CM_SYSTEM_PAGE);
+                __atomic_store_n(&leaf->written[word],
+                                 leaf->written[word] & ~((uint64_t)1 << (number % 64)),
+                                 __ATOMIC_RELAXED);
+                __atomic_store_n(&leaf->written_pages, leaf->written_pages - 1,
+                                 __ATOMIC_RELAXED);
+                bytes += CM_SYSTEM_PAGE;
+            }
+        }
     }
     return bytes;
 }
 
-/* Bytes of the leaves that are not released, for the metadata figure. */
+/* Bytes the leaves hold resident, for the metadata figure: their written entry pages and, for
+ * each, the page of its counts. */
 size_t cm_pagemap_bytes(void)
 {
-    size_t held = __atomic_load_n(&leaves, __ATOMIC_RELAXED) -
-                  __atomic_load_n(&released_leaves, __ATOMIC_RELAXED);
-    return held * LEAF_BYTES;
+    cm_lock_acquire(&pagemap_lock);
+    size_t first = first_leaf, last = last_leaf;
+    cm_lock_release(&pagemap_lock);
+    size_t pages = 0;
+    for (size_t i = first; i <= last && first != SIZE_MAX; i++) {
+        cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE);
+        if (leaf != NULL)
+            pages += __atomic_load_n(&leaf->written_pages, __ATOMIC_RELAXED) + 1;
+    }
+    return pages * CM_SYSTEM_PAGE;
 }
 
 void cm_pagemap_fork(int phase)

@@ -108,11 +108,16 @@ static void count_spans(size_t spans[CM_CLASSES_MAX])
         cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[root], __ATOMIC_ACQUIRE);
         if (leaf == NULL)
             continue;
-        for (size_t i = 0; i < CM_PAGEMAP_LEAF_ENTRIES; i++) {
-            unsigned size_class = __atomic_load_n(&leaf->classes[i].size_class, __ATOMIC_RELAXED);
-            if (size_class != 0 && size_class < CM_CLASSES_MAX &&
-                __atomic_load_n(&leaf->classes[i].span_pages, __ATOMIC_RELAXED) == 0)
-                spans[size_class]++;
+        for (size_t page = 0; page < CM_PAGEMAP_CLASS_PAGES; page++) {
+            if (!cm_pagemap_written(leaf, page))
+                continue; /* not written since given back: zeros */
+            const cm_page_class *entries = &leaf->classes[page * CM_PAGEMAP_CLASSES_PER_PAGE];
+            for (size_t i = 0; i < CM_PAGEMAP_CLASSES_PER_PAGE; i++) {
+                unsigned size_class = __atomic_load_n(&entries[i].size_class, __ATOMIC_RELAXED);
+                if (size_class != 0 && size_class < CM_CLASSES_MAX &&
+                    __atomic_load_n(&entries[i].span_pages, __ATOMIC_RELAXED) == 0)
+                    spans[size_class]++;
+            }
         }
     }
 }

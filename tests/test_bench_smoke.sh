@@ -1,11 +1,12 @@
 #!/bin/sh
 # test_bench_smoke.sh - every benchmark program runs briefly under glibc and prints a RESULT line
-# that parses (all keys, in order, numbers where numbers belong), fault_cost its table; then a
-# one-cell matrix goes through scripts/bench-matrix.sh (the entry point of
-# scripts/bench-matrix.py) and yields matrix.csv/md with the right header, and the summary it
-# prints is checked on made-up runs whose answer is known, and scripts/vs-best-peer.py's mean
-# and cells below its floor on the same; scripts/bench-ab.sh prints its two tables. Run by
-# `make test` from the top directory (which builds build/bench/* and the library); about 4 s.
+# that parses (all keys, in order, numbers where numbers belong), fault_cost its table,
+# thread_stacks its pairs a second; then a one-cell matrix goes through scripts/bench-matrix.sh
+# (the entry point of scripts/bench-matrix.py) and yields matrix.csv/md with the right header,
+# and the summary it prints is checked on made-up runs whose answer is known, and
+# scripts/vs-best-peer.py's mean and cells below its floor on the same; scripts/bench-ab.sh
+# prints its two tables. Run by `make test` from the top directory (which builds
+# build/bench/* and the library); about 4 s.
 set -u
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-smoke.XXXXXX")
@@ -60,6 +61,11 @@ run "alloc_bench crossthread pinned" build/bench/alloc_bench --mode=crossthread 
 run "mstress_bench" build/bench/mstress_bench --threads 2 --slots 100 --life 500 $short
 run "larson_bench" build/bench/larson_bench --threads 2 --window 200 --round 1000 $short
 run "rpmalloc_bench" build/bench/rpmalloc_bench --threads 2 --blocks 200 --round 20 $short
+# thread_stacks times a loop as a whole (no latency samples): its RESULT line's pairs a second
+if build/bench/thread_stacks --threads 8 --blocks 2 --pairs 1000 --rounds 2 > "$tmp/out" 2>&1 &&
+   grep -q '^RESULT workload=thread_stacks threads=8 params=blocks=2;pairs=1000 ops_per_sec=[1-9][0-9]* ' "$tmp/out"
+then echo "ok   thread_stacks"
+else echo "FAIL thread_stacks:"; sed 's/^/  | /' "$tmp/out"; fail=1; fi
 
 # peak_rss passes the exit status through and reports a figure
 if build/bench/peak_rss -- sh -c 'exit 7' 2> "$tmp/err"; then rc=0; else rc=$?; fi

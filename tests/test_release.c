@@ -5,12 +5,13 @@
  *   test_trim_returns_memory    512 MiB in 64-byte, 4 KiB, 2 MiB and 32 MiB objects, every page
  *                               touched; all freed; after malloc_trim(0) the resident set is
  *                               below 10% of its peak.
- *   test_trim_pagemap_leaves    300 blocks of 40 MiB (past every mmap threshold, so each has its
- *                               own mapping; one byte written in each), 12 GiB of address space:
- *                               the pagemap leaves that map them count in bytes_metadata (at
- *                               least two new ones); once all are freed, malloc_trim(0) gives
- *                               those leaves back: bytes_metadata falls by as much and the
- *                               resident set is within 1 MiB of where it was before.
+ *   test_trim_pagemap_leaves    1,000 blocks of 40 MiB (past every mmap threshold, so each has
+ *                               its own mapping; one byte written in each), 39 GiB of address
+ *                               space over more than one leaf: the pagemap's pages their entries
+ *                               are written on (two a block) count in bytes_metadata; once all
+ *                               are freed, malloc_trim(0) gives those pages back:
+ *                               bytes_metadata falls by as much and the resident set is within
+ *                               1 MiB of where it was before.
  *   test_idle_release           the same in a re-executed copy of this binary with
  *                               CMALLOC_RELEASE_DELAY_MS=100 (options are read once, at the
  *                               allocator's start): all freed, then 600 ms idle with no
@@ -226,8 +227,8 @@ static int run_idle_child(const char *mode, char *output, size_t capacity)
 static void test_trim_pagemap_leaves(void **state)
 {
     (void)state;
-    enum { BLOCKS = 300 };
-    const size_t block = 40 * MiB, leaf = 2 * MiB + 512 * KiB; /* a leaf's entries */
+    enum { BLOCKS = 1000 };
+    const size_t block = 40 * MiB, entries = 2 * 4 * KiB; /* a block's entry pages */
     static char *blocks[BLOCKS];
     malloc_trim(0);
     size_t rss_before = resident_bytes();
@@ -247,8 +248,8 @@ static void test_trim_pagemap_leaves(void **state)
            "malloc_trim(0); rss %zu KiB before, %zu KiB after\n",
            metadata_before / KiB, metadata_held / KiB, metadata_after / KiB, rss_before / KiB,
            rss_after / KiB);
-    assert_true(metadata_held >= metadata_before + 2 * leaf);
-    assert_true(metadata_after + 2 * leaf <= metadata_held);
+    assert_true(metadata_held >= metadata_before + BLOCKS / 2 * entries);
+    assert_true(metadata_after + BLOCKS / 2 * entries <= metadata_held);
     assert_true(rss_after <= rss_before + MiB);
     assert_true(cm_heap_check());
 }
