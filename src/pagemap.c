@@ -44,7 +44,8 @@ static cm_lock pagemap_lock = CM_LOCK_INIT;
 _Static_assert(offsetof(cm_pagemap_leaf, spans) == CM_PAGEMAP_CLASS_PAGES * CM_SYSTEM_PAGE &&
                    offsetof(cm_pagemap_leaf, written_pages) % CM_SYSTEM_PAGE == 0,
                "entry pages are numbered classes first, then spans, with nothing between");
-/* Root indexes that have a leaf lie in [first_leaf, last_leaf]; written under pagemap_lock. */
+/* Root indexes that have a leaf lie in [first_leaf, last_leaf]; written under pagemap_lock,
+ * read without it by the metadata figure (the range only widens). */
 static size_t first_leaf = SIZE_MAX, last_leaf;
 static size_t leaves; /* under pagemap_lock */
 
@@ -69,8 +70,8 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
             __atomic_store_n(&cm_pagemap_hot_index, leaves == 0 ? i : CM_PAGEMAP_NO_HOT,
                              __ATOMIC_RELEASE);
             leaves++;
-            first_leaf = i < first_leaf ? i : first_leaf;
-            last_leaf = i > last_leaf ? i : last_leaf;
+            __atomic_store_n(&first_leaf, i < first_leaf ? i : first_leaf, __ATOMIC_RELAXED);
+            __atomic_store_n(&last_leaf, i > last_leaf ? i : last_leaf, __ATOMIC_RELAXED);
         }
         cm_lock_release(&pagemap_lock);
     }
@@ -168,9 +169,8 @@ size_t cm_pagemap_release_unused(void)
  * each, the page of its counts. */
 size_t cm_pagemap_bytes(void)
 {
-    cm_lock_acquire(&pagemap_lock);
-    size_t first = first_leaf, last = last_leaf;
-    cm_lock_release(&pagemap_lock);
+    size_t first = __atomic_load_n(&first_leaf, __ATOMIC_RELAXED),
+           last = __atomic_load_n(&last_leaf, __ATOMIC_RELAXED);
     size_t pages = 0;
     for (size_t i = first; i <= last && first != SIZE_MAX; i++) {
         cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE);
