@@ -17,8 +17,9 @@
  * covers 16 GiB, not the 2 GiB it covered up to 630419c, because the kernel places thread
  * stacks among the heap's mappings: a program that started 200 threads and then mapped
  * 256 MiB spread over more than 2 GiB and lost the hot leaf in 10 runs of 10, alloc_bench's
- * crossthread mode at 8 pairs in 1 of 10 (docs/PERFORMANCE.md, "Measured at e40c6c6");
- * the address space a leaf maps costs nothing until written.
+ * crossthread mode at 8 pairs in 1 of 10 (docs/PERFORMANCE.md, "Measured at e40c6c6").
+ * What a leaf maps costs no memory until written, but RLIMIT_AS counts it: 21.5 MiB more
+ * address space than a leaf of 2 GiB.
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
  * unmapped or moved. pagemap_lock serializes leaf creation. Every writer of entries holds the
  * page heap's lock (the mmap path too, through cm_page_heap_set_mapped), after
