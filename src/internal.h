@@ -168,8 +168,9 @@ size_t cm_pagemap_release_unused(void);
 size_t cm_pagemap_bytes(void);
 void cm_pagemap_fork(int phase);
 void cm_pagemap_set_owner(const cm_span *span, unsigned owner);
-/* The first leaf, while it is the only one (pagemap.c, "the hot leaf"): its root index, or
- * CM_PAGEMAP_NO_HOT once a second leaf exists; the leaf itself never changes once set. */
+/* The leaf that holds every SMALL span, while one does (pagemap.c, "the hot leaf"): its root
+ * index, or CM_PAGEMAP_NO_HOT before the first SMALL span and once a second leaf holds one;
+ * the leaf itself never changes once set. */
 #define CM_PAGEMAP_NO_HOT (~(uintptr_t)0)
 extern uintptr_t cm_pagemap_hot_index;
 extern cm_pagemap_leaf *cm_pagemap_hot_leaf;

@@ -5,15 +5,16 @@
  *   leaf      2^21 span pointers and pairs of size-class and page-in-span bytes (24 MiB mapped
  *             on demand, resident only where written), covering 16 GiB of address space
  *
- * The hot leaf: while the pagemap has one leaf (a heap within one 16 GiB region),
+ * The hot leaf: while one leaf holds every SMALL span (a heap within one 16 GiB region),
  * cm_pagemap_leaf_of finds it by comparing the root index with cm_pagemap_hot_index and
  * reading cm_pagemap_hot_leaf, two loads that do not wait on the address, instead of the
  * root's entry, a load that does and lay on free's path from a block's address to its list
  * (the 64-byte malloc-free loop 124.9M ops/s with the hot leaf, 106.1M without:
- * docs/PERFORMANCE.md, "The fast path", with the command). A second leaf sets the index to
- * CM_PAGEMAP_NO_HOT for good, and every lookup reads the root again: a branch guessing between
- * two leaves would cost more than the load it saves. The hot leaf is the root's entry at the
- * hot index and never changes, so a reader that sees the old index is right too. A leaf
+ * docs/PERFORMANCE.md, "The fast path", with the command). A SMALL span in a second leaf sets
+ * the index to CM_PAGEMAP_NO_HOT for good, and every lookup reads the root again: a branch
+ * guessing between two leaves would cost more than the load it saves (note_small_span). The
+ * hot leaf is the root's entry at the hot index and never changes, so a reader that sees the
+ * old index is right too; any other leaf is found through the root whatever the index. A leaf
  * covers 16 GiB, not the 2 GiB it covered up to 630419c, because the kernel places thread
  * stacks among the heap's mappings: a program that started 200 threads and then mapped
  * 256 MiB spread over more than 2 GiB and lost the hot leaf in 10 runs of 10, alloc_bench's
@@ -48,7 +49,7 @@ _Static_assert(offsetof(cm_pagemap_leaf, spans) == CM_PAGEMAP_CLASS_PAGES * CM_S
 /* Root indexes that have a leaf lie in [first_leaf, last_leaf]; written under pagemap_lock,
  * read without it by the metadata figure (the range only widens). */
 static size_t first_leaf = SIZE_MAX, last_leaf;
-static size_t leaves; /* under pagemap_lock */
+static bool hot_given_up; /* under the page heap's lock, as the entries' writes */
 
 /* Makes sure leaves exist for pages [page, page + pages). False when the OS refuses memory. */
 bool cm_pagemap_ensure(uintptr_t page, size_t pages)
@@ -66,11 +67,6 @@ bool cm_pagemap_ensure(uintptr_t page, size_t pages)
                 return false;
             }
             __atomic_store_n(&cm_pagemap_root[i], leaf, __ATOMIC_RELEASE);
-            if (leaves == 0)
-                cm_pagemap_hot_leaf = leaf;
-            __atomic_store_n(&cm_pagemap_hot_index, leaves == 0 ? i : CM_PAGEMAP_NO_HOT,
-                             __ATOMIC_RELEASE);
-            leaves++;
             __atomic_store_n(&first_leaf, i < first_leaf ? i : first_leaf, __ATOMIC_RELAXED);
             __atomic_store_n(&last_leaf, i > last_leaf ? i : last_leaf, __ATOMIC_RELAXED);
         }
@@ -96,10 +92,30 @@ static void mark_written(cm_pagemap_leaf *leaf, size_t number)
     }
 }
 
+/* The hot leaf follows the SMALL spans, the only ones free's fast path finds objects of: the
+ * first leaf to hold one becomes the hot leaf (its pointer published before its index), and a
+ * SMALL span in any other leaf gives the hot leaf up for good. A leaf holding only other
+ * spans (MAPPED blocks, free or LARGE ones) leaves it be: their frees read the root and take
+ * the slow path in any case. */
+static void note_small_span(cm_pagemap_leaf *leaf, uintptr_t index)
+{
+    if (leaf == cm_pagemap_hot_leaf || hot_given_up)
+        return;
+    if (cm_pagemap_hot_leaf == NULL) {
+        cm_pagemap_hot_leaf = leaf;
+        __atomic_store_n(&cm_pagemap_hot_index, index, __ATOMIC_RELEASE);
+        return;
+    }
+    hot_given_up = true;
+    __atomic_store_n(&cm_pagemap_hot_index, CM_PAGEMAP_NO_HOT, __ATOMIC_RELEASE);
+}
+
 void cm_pagemap_set(uintptr_t page, cm_span *span)
 {
     cm_pagemap_leaf *leaf = cm_pagemap_root[page >> CM_PAGEMAP_LEAF_BITS];
     size_t i = page & (CM_PAGEMAP_LEAF_ENTRIES - 1);
+    if (span != NULL && span->size_class != 0)
+        note_small_span(leaf, page >> CM_PAGEMAP_LEAF_BITS);
     mark_written(leaf, i / CM_PAGEMAP_CLASSES_PER_PAGE);
     mark_written(leaf, CM_PAGEMAP_CLASS_PAGES + i / CM_PAGEMAP_SPANS_PER_PAGE);
     leaf->spans[i] = span;

@@ -62,8 +62,9 @@ run "mstress_bench" build/bench/mstress_bench --threads 2 --slots 100 --life 500
 run "larson_bench" build/bench/larson_bench --threads 2 --window 200 --round 1000 $short
 run "rpmalloc_bench" build/bench/rpmalloc_bench --threads 2 --blocks 200 --round 20 $short
 # thread_stacks times a loop as a whole (no latency samples): its RESULT line's pairs a second
+stacks='^RESULT workload=thread_stacks threads=8 params=blocks=2;block_mib=4;pairs=1000 '
 if build/bench/thread_stacks --threads 8 --blocks 2 --pairs 1000 --rounds 2 > "$tmp/out" 2>&1 &&
-   grep -q '^RESULT workload=thread_stacks threads=8 params=blocks=2;pairs=1000 ops_per_sec=[1-9][0-9]* ' "$tmp/out"
+   grep -q "${stacks}ops_per_sec=[1-9][0-9]* " "$tmp/out"
 then echo "ok   thread_stacks"
 else echo "FAIL thread_stacks:"; sed 's/^/  | /' "$tmp/out"; fail=1; fi
 

@@ -21,9 +21,10 @@ static size_t leaves_in_root(uintptr_t *index)
 }
 
 /* Runs first, before the tests below add leaves far from the heap. The heap's leaf is the hot
- * one while it is the only leaf (a heap straddling two 16 GiB regions has two from the start,
- * and then none is hot); a second leaf gives the hot index up for good, and lookups read the
- * root and stay right. */
+ * one while it is the only leaf with SMALL spans (a heap straddling two 16 GiB regions has two
+ * from the start, and then none is hot); a leaf with other spans only (a MAPPED block, a free
+ * or LARGE span) leaves it hot, a SMALL span in a second leaf gives it up for good, and lookups
+ * read the root and stay right. */
 static void the_hot_leaf_lasts_while_it_is_the_only_one(void **state)
 {
     (void)state;
@@ -38,12 +39,22 @@ static void the_hot_leaf_lasts_while_it_is_the_only_one(void **state)
     } else {
         assert_int_equal(cm_pagemap_hot_index, CM_PAGEMAP_NO_HOT);
     }
+    uintptr_t hot = cm_pagemap_hot_index;
     uintptr_t far = ((uintptr_t)0x16b6b << 18) + 9; /* no mapping of cmalloc's is near it */
-    assert_true(cm_pagemap_ensure(far, 1));
+    assert_true(cm_pagemap_ensure(far, 2));
+    cm_span large = {.page = far, .pages = 1, .state = CM_SPAN_LARGE};
+    cm_pagemap_set(far, &large);
+    assert_int_equal(cm_pagemap_hot_index, hot);
+    assert_ptr_equal(cm_pagemap_lookup((void *)(far << CM_PAGE_SHIFT)), &large);
+    cm_span small = {.page = far + 1, .pages = 1, .state = CM_SPAN_SMALL, .size_class = 1};
+    cm_pagemap_set(far + 1, &small);
     assert_int_equal(cm_pagemap_hot_index, CM_PAGEMAP_NO_HOT);
     assert_ptr_equal(cm_span_of(block), span);
     assert_ptr_equal(cm_pagemap_leaf_of((void *)(far << CM_PAGE_SHIFT)),
                      cm_pagemap_root[far >> CM_PAGEMAP_LEAF_BITS]);
+    assert_ptr_equal(cm_pagemap_lookup((void *)((far + 1) << CM_PAGE_SHIFT)), &small);
+    cm_pagemap_set(far, NULL);
+    cm_pagemap_set(far + 1, NULL);
     assert_null(cm_pagemap_lookup((void *)(far << CM_PAGE_SHIFT)));
     free(block);
 }
