@@ -131,7 +131,7 @@ static inline unsigned cm_size_class(size_t size) /* size <= CM_MAX_SMALL */
  * reads. The class byte beside each span pointer lets free find a small object's class without
  * touching the span; it sits beside the page's distance from its span's start, which free's
  * object-start test needs too, so that free reads one line of the leaf, not two. */
-#define CM_PAGEMAP_LEAF_BITS    21
+#define CM_PAGEMAP_LEAF_BITS    18
 #define CM_PAGEMAP_LEAF_ENTRIES ((size_t)1 << CM_PAGEMAP_LEAF_BITS)
 #define CM_PAGEMAP_ROOT_BITS    (CM_ADDRESS_BITS - CM_PAGE_SHIFT - CM_PAGEMAP_LEAF_BITS)
 /* A leaf's entries in the kernel's pages, numbered classes first, then spans; each written
@@ -151,8 +151,9 @@ typedef struct cm_page_class {
 typedef struct cm_pagemap_leaf {
     cm_page_class classes[CM_PAGEMAP_LEAF_ENTRIES]; /* first: free indexes it with no offset */
     cm_span *spans[CM_PAGEMAP_LEAF_ENTRIES];
-    size_t written_pages; /* of classes and spans, written since given back: resident */
-    uint64_t written[CM_PAGEMAP_ENTRY_PAGES / 64]; /* which (a bit a page, classes first) */
+    /* the pages of classes and spans written since given back (a bit a page, classes first):
+     * what the leaf holds resident */
+    uint64_t written[CM_PAGEMAP_ENTRY_PAGES / 64];
 } cm_pagemap_leaf;
 extern cm_pagemap_leaf *cm_pagemap_root[1u << CM_PAGEMAP_ROOT_BITS];
 /* Whether entry page number of leaf was written since it was last given back (else it holds
@@ -166,6 +167,7 @@ void cm_pagemap_set(uintptr_t page, cm_span *span);
 void cm_pagemap_set_range(uintptr_t page, size_t pages, cm_span *span);
 size_t cm_pagemap_release_unused(void);
 size_t cm_pagemap_bytes(void);
+size_t cm_pagemap_written_pages(const cm_pagemap_leaf *leaf);
 void cm_pagemap_fork(int phase);
 void cm_pagemap_set_owner(const cm_span *span, unsigned owner);
 /* The leaf that holds every SMALL span, while one does (pagemap.c, "the hot leaf"): its root

@@ -1,11 +1,11 @@
 /* pagemap.c - the map from page number to span, a two-level radix tree over 48-bit addresses.
  *
- *   address:  | 14 bits: root index | 21 bits: leaf index | 13 bits: offset in page |
- *   root      static array of 2^14 leaf pointers (128 KiB of .bss, touched only where used)
- *   leaf      2^21 span pointers and pairs of size-class and page-in-span bytes (24 MiB mapped
- *             on demand, resident only where written), covering 16 GiB of address space
+ *   address:  | 17 bits: root index | 18 bits: leaf index | 13 bits: offset in page |
+ *   root      static array of 2^17 leaf pointers (1 MiB of .bss, touched only where used)
+ *   leaf      2^18 span pointers and pairs of size-class and page-in-span bytes (3 MiB mapped
+ *             on demand, resident only where written), covering 2 GiB of address space
  *
- * The hot leaf: while one leaf holds every SMALL span (a heap within one 16 GiB region),
+ * The hot leaf: while one leaf holds every SMALL span (a heap within one 2 GiB region),
  * cm_pagemap_leaf_of finds it by comparing the root index with cm_pagemap_hot_index and
  * reading cm_pagemap_hot_leaf, two loads that do not wait on the address, instead of the
  * root's entry, a load that does and lay on free's path from a block's address to its list
@@ -14,21 +14,20 @@
  * the index to CM_PAGEMAP_NO_HOT for good, and every lookup reads the root again: a branch
  * guessing between two leaves would cost more than the load it saves (note_small_span). The
  * hot leaf is the root's entry at the hot index and never changes, so a reader that sees the
- * old index is right too; any other leaf is found through the root whatever the index. A leaf
- * covers 16 GiB, not the 2 GiB it covered up to 630419c, because the kernel places thread
- * stacks among the heap's mappings: a program that started 200 threads and then mapped
- * 256 MiB spread over more than 2 GiB and lost the hot leaf in 10 runs of 10, alloc_bench's
- * crossthread mode at 8 pairs in 1 of 10 (docs/PERFORMANCE.md, "Measured at e40c6c6").
- * What a leaf maps costs no memory until written, but RLIMIT_AS counts it: 21.5 MiB more
- * address space than a leaf of 2 GiB.
+ * old index is right too; any other leaf is found through the root whatever the index. Up to
+ * 630419c any second leaf ended it, and the kernel places thread stacks and large blocks
+ * among the heap's mappings: a program that started 200 threads and then mapped 256 MiB of
+ * blocks lost the hot leaf in 10 runs of 10 (docs/PERFORMANCE.md, "Measured at e40c6c6").
+ * Leaves of 16 GiB kept it too, but a leaf's mapping counts against RLIMIT_AS: at 24 MiB a
+ * leaf, a C++ program allocating 360 MiB under a 400 MiB limit failed whenever the block
+ * needed a leaf of its own (tests/test_oom_cxx.sh, 1 run in 60).
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
  * unmapped or moved. pagemap_lock serializes leaf creation. Every writer of entries holds the
  * page heap's lock (the mmap path too, through cm_page_heap_set_mapped), after
  * cm_pagemap_ensure; so does cm_pagemap_release_unused, which gives back the pages of entries
  * that map nothing: a reader then finds zero pages, which read as NULL entries, the same
- * answer. Each leaf counts the pages of entries written since they were last given back
- * (written_pages, a bit a page in written): those are what it holds resident, the figure
- * the metadata bytes count.
+ * answer. Each leaf keeps a bit for each page of entries written since it was last given back
+ * (written): those are what it holds resident, the figure the metadata bytes count.
  * Invariant: an entry is NULL or points to the live span that contains its page, and its
  * class byte equals that span's size_class (0 when NULL) and, for a SMALL span, its page
  * byte is the page's distance from the span's first page; every page of a leaf's entries that
@@ -44,10 +43,10 @@ cm_pagemap_leaf *cm_pagemap_hot_leaf;
 static cm_lock pagemap_lock = CM_LOCK_INIT;
 #define LEAF_BYTES       ((sizeof(cm_pagemap_leaf) + CM_PAGE_SIZE - 1) & ~(CM_PAGE_SIZE - 1))
 _Static_assert(offsetof(cm_pagemap_leaf, spans) == CM_PAGEMAP_CLASS_PAGES * CM_SYSTEM_PAGE &&
-                   offsetof(cm_pagemap_leaf, written_pages) % CM_SYSTEM_PAGE == 0,
+                   offsetof(cm_pagemap_leaf, written) % CM_SYSTEM_PAGE == 0,
                "entry pages are numbered classes first, then spans, with nothing between");
 /* Root indexes that have a leaf lie in [first_leaf, last_leaf]; written under pagemap_lock,
- * read without it by the metadata figure (the range only widens). */
+ * read without it (leaf_range: the range only widens). */
 static size_t first_leaf = SIZE_MAX, last_leaf;
 static bool hot_given_up; /* under the page heap's lock, as the entries' writes */
 
@@ -81,15 +80,30 @@ static char *entry_page(cm_pagemap_leaf *leaf, size_t number)
     return (char *)leaf->classes + number * CM_SYSTEM_PAGE;
 }
 
-/* Counts entry page number of leaf as written (a write makes a page resident, NULL or not). */
+/* Marks entry page number of leaf as written (a write makes a page resident, NULL or not). */
 static void mark_written(cm_pagemap_leaf *leaf, size_t number)
 {
-    uint64_t bit = (uint64_t)1 << (number % 64);
-    if ((leaf->written[number / 64] & bit) == 0) {
-        __atomic_store_n(&leaf->written[number / 64], leaf->written[number / 64] | bit,
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&leaf->written_pages, leaf->written_pages + 1, __ATOMIC_RELAXED);
-    }
+    uint64_t bit = (uint64_t)1 << (number % 64), word = leaf->written[number / 64];
+    if ((word & bit) == 0)
+        __atomic_store_n(&leaf->written[number / 64], word | bit, __ATOMIC_RELAXED);
+}
+
+/* The pages of entries leaf holds written (racy outside the page heap's lock). */
+size_t cm_pagemap_written_pages(const cm_pagemap_leaf *leaf)
+{
+    size_t pages = 0;
+    for (size_t word = 0; word < CM_PAGEMAP_ENTRY_PAGES / 64; word++)
+        pages += (size_t)__builtin_popcountll(__atomic_load_n(&leaf->written[word],
+                                                              __ATOMIC_RELAXED));
+    return pages;
+}
+
+/* The root indexes that have a leaf lie in [*first, *last]; false while there is none. */
+static bool leaf_range(size_t *first, size_t *last)
+{
+    *first = __atomic_load_n(&first_leaf, __ATOMIC_RELAXED);
+    *last = __atomic_load_n(&last_leaf, __ATOMIC_RELAXED);
+    return *first != SIZE_MAX;
 }
 
 /* The hot leaf follows the SMALL spans, the only ones free's fast path finds objects of: the
@@ -158,11 +172,10 @@ static bool page_is_zero(const char *start)
  * bytes given back. */
 size_t cm_pagemap_release_unused(void)
 {
-    cm_lock_acquire(&pagemap_lock);
-    size_t first = first_leaf, last = last_leaf;
-    cm_lock_release(&pagemap_lock);
-    size_t bytes = 0;
-    for (size_t i = first; i <= last && first != SIZE_MAX; i++) {
+    size_t first, last, bytes = 0;
+    if (!leaf_range(&first, &last))
+        return 0;
+    for (size_t i = first; i <= last; i++) {
         cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE);
         for (size_t word = 0; leaf != NULL && word < CM_PAGEMAP_ENTRY_PAGES / 64; word++) {
             for (uint64_t bits = leaf->written[word]; bits != 0; bits &= bits - 1) {
@@ -173,8 +186,6 @@ size_t cm_pagemap_release_unused(void)
                 __atomic_store_n(&leaf->written[word],
                                  leaf->written[word] & ~((uint64_t)1 << (number % 64)),
                                  __ATOMIC_RELAXED);
-                __atomic_store_n(&leaf->written_pages, leaf->written_pages - 1,
-                                 __ATOMIC_RELAXED);
                 bytes += CM_SYSTEM_PAGE;
             }
         }
@@ -183,16 +194,16 @@ size_t cm_pagemap_release_unused(void)
 }
 
 /* Bytes the leaves hold resident, for the metadata figure: their written entry pages and, for
- * each, the page of its counts. */
+ * each, the page of its bitmap. */
 size_t cm_pagemap_bytes(void)
 {
-    size_t first = __atomic_load_n(&first_leaf, __ATOMIC_RELAXED),
-           last = __atomic_load_n(&last_leaf, __ATOMIC_RELAXED);
-    size_t pages = 0;
-    for (size_t i = first; i <= last && first != SIZE_MAX; i++) {
+    size_t first, last, pages = 0;
+    if (!leaf_range(&first, &last))
+        return 0;
+    for (size_t i = first; i <= last; i++) {
         cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE);
         if (leaf != NULL)
-            pages += __atomic_load_n(&leaf->written_pages, __ATOMIC_RELAXED) + 1;
+            pages += cm_pagemap_written_pages(leaf) + 1;
     }
     return pages * CM_SYSTEM_PAGE;
 }

@@ -21,7 +21,7 @@ static size_t leaves_in_root(uintptr_t *index)
 }
 
 /* Runs first, before the tests below add leaves far from the heap. The heap's leaf is the hot
- * one while it is the only leaf with SMALL spans (a heap straddling two 16 GiB regions has two
+ * one while it is the only leaf with SMALL spans (a heap straddling two 2 GiB regions has two
  * from the start, and then none is hot); a leaf with other spans only (a MAPPED block, a free
  * or LARGE span) leaves it hot, a SMALL span in a second leaf gives it up for good, and lookups
  * read the root and stay right. */
@@ -59,17 +59,17 @@ static void the_hot_leaf_lasts_while_it_is_the_only_one(void **state)
     free(block);
 }
 
-/* A leaf covers 16 GiB: pages 3 GiB apart in one such region share it, and the pages of entries
+/* A leaf covers 2 GiB: pages 1 GiB apart in one such region share it, and the pages of entries
  * written count in the metadata bytes until, mapping nothing again, they are given back. */
 static void written_entry_pages_are_counted_and_given_back(void **state)
 {
     (void)state;
     uintptr_t page = ((uintptr_t)0x12d2 << CM_PAGEMAP_LEAF_BITS) + 3,
-              apart = (uintptr_t)3 << (30 - CM_PAGE_SHIFT);
+              apart = (uintptr_t)1 << (30 - CM_PAGE_SHIFT);
     assert_true(cm_pagemap_ensure(page, 1) && cm_pagemap_ensure(page + apart, 1));
     cm_pagemap_leaf *leaf = cm_pagemap_leaf_of((void *)(page << CM_PAGE_SHIFT));
     assert_ptr_equal(cm_pagemap_leaf_of((void *)((page + apart) << CM_PAGE_SHIFT)), leaf);
-    assert_int_equal(leaf->written_pages, 0);
+    assert_int_equal(cm_pagemap_written_pages(leaf), 0);
     size_t before = cm_pagemap_bytes();
     /* SMALL: class bytes that are not zero (a page of classes that are all zero, as a LARGE
      * span's are, goes back too, and reads the same) */
@@ -77,17 +77,17 @@ static void written_entry_pages_are_counted_and_given_back(void **state)
             other = {.page = page + apart, .pages = 1, .state = CM_SPAN_SMALL, .size_class = 1};
     cm_pagemap_set(page, &span);
     cm_pagemap_set(page + apart, &other);
-    assert_int_equal(leaf->written_pages, 4); /* a page of classes and one of spans each */
+    assert_int_equal(cm_pagemap_written_pages(leaf), 4); /* a page of classes and one of spans each */
     assert_true(cm_pagemap_bytes() >= before + 4 * CM_SYSTEM_PAGE);
     cm_pagemap_set(page, NULL);
     assert_true(cm_pagemap_release_unused() >= 2 * CM_SYSTEM_PAGE);
-    assert_int_equal(leaf->written_pages, 2);
+    assert_int_equal(cm_pagemap_written_pages(leaf), 2);
     assert_ptr_equal(cm_pagemap_lookup((void *)((page + apart) << CM_PAGE_SHIFT)), &other);
     assert_int_equal(leaf->classes[(page + apart) % CM_PAGEMAP_LEAF_ENTRIES].size_class, 1);
     assert_null(cm_pagemap_lookup((void *)(page << CM_PAGE_SHIFT)));
     cm_pagemap_set(page + apart, NULL);
     cm_pagemap_release_unused();
-    assert_int_equal(leaf->written_pages, 0);
+    assert_int_equal(cm_pagemap_written_pages(leaf), 0);
     assert_null(cm_pagemap_lookup((void *)((page + apart) << CM_PAGE_SHIFT)));
 }
 
