@@ -12,7 +12,10 @@ peak RSS against jemalloc's. The figures docs/DESIGN.md quotes as "against the b
 the speed and memory "x jemalloc" README quotes come from it, and for each --mine allocator
 how many cells it runs below --floor (0.9) of the best peer.
 --spread RUNS.csv (the run's every repetition) adds how much the run moved: for each
-allocator, the fastest of a cell's repetitions over the slowest, at the median cell.
+allocator, the fastest of a cell's repetitions over the slowest, at the median cell; and of
+the cells below --floor, those where even the fastest repetition of the --mine allocator is
+slower than the slowest of the best peer's (marked "apart"): the gaps no repetition of the
+run overlaps, as against those within what this machine's runs spread.
 Standard library only.
 """
 import argparse
@@ -34,6 +37,21 @@ def speed_of(row):
     return ops if ops > 0 else (1 / wall if wall > 0 else 0)
 
 
+reps = {}  # (workload, threads, allocator) -> the speed of each repetition (--spread)
+if args.spread:
+    for row in csv.DictReader(open(args.spread)):
+        rep = speed_of(row)
+        if rep > 0:
+            cell = (row["workload"], int(row["threads"]), row["allocator"])
+            reps.setdefault(cell, []).append(rep)
+
+
+def apart(cell, name, peer):
+    """Whether every repetition of name in cell is slower than every one of peer's."""
+    ours, theirs = reps.get(cell + (name,)), reps.get(cell + (peer,))
+    return bool(ours and theirs) and max(ours) < min(theirs)
+
+
 speed, rss = {}, {}
 for row in csv.DictReader(open(args.matrix)):
     key = (row["workload"], int(row["threads"]), row["allocator"])
@@ -45,16 +63,21 @@ logs = {name: [] for name in mine + peers}
 speed_logs = {name: [] for name in mine + peers}
 rss_logs = {name: [] for name in mine + peers}
 below = {name: 0 for name in mine}
+below_apart = {name: 0 for name in mine}
 print("%-22s %2s " % ("workload", "T") + "".join("%10s" % m for m in mine) + "  best peer")
 for w, t in cells:
     ran = {a: speed[w, t, a] for a in mine + peers if speed.get((w, t, a), 0) > 0}
     best_peer = max((a for a in peers if a in ran), key=ran.get, default=None)
     if best_peer is None:
         continue
+    gaps = [m for m in mine if ran[m] / ran[best_peer] < args.floor and
+            apart((w, t), m, best_peer)]
     print("%-22s %2d " % (w, t) + "".join("%10.2f" % (ran[m] / ran[best_peer]) for m in mine) +
-          "  %s %.3g" % (best_peer, ran[best_peer]))
+          "  %s %.3g" % (best_peer, ran[best_peer]) +
+          ("  apart: " + ",".join(gaps) if gaps else ""))
     for m in mine:
         below[m] += ran[m] / ran[best_peer] < args.floor
+        below_apart[m] += m in gaps
     for name in ran:
         others = [ran[a] for a in (peers if name in mine else mine + peers) if a in ran and a != name]
         if others:
@@ -63,6 +86,8 @@ for w, t in cells:
             speed_logs[name].append(math.log(ran[name] / ran["jemalloc"]))
         if rss.get((w, t, "jemalloc"), 0) > 0 and rss.get((w, t, name), 0) > 0:
             rss_logs[name].append(math.log(rss[w, t, name] / rss[w, t, "jemalloc"]))
+
+
 def geomean(values):
     return "%.3f" % math.exp(sum(values) / len(values)) if values else "n/a (no jemalloc cell)"
 
@@ -72,14 +97,11 @@ for name in mine + peers:
         print("%-10s %s %.3f over %d cells%s; speed x jemalloc %s, peak RSS x jemalloc %s" % (
             name, "vs best peer " if name in mine else "vs best other",
             math.exp(sum(logs[name]) / len(logs[name])), len(logs[name]),
-            ", %d below %g" % (below[name], args.floor) if name in mine else "",
+            ", %d below %g%s" % (below[name], args.floor,
+                                 " (%d apart)" % below_apart[name] if reps else "")
+            if name in mine else "",
             geomean(speed_logs[name]), geomean(rss_logs[name])))
-if args.spread:
-    reps = {}
-    for row in csv.DictReader(open(args.spread)):
-        rep = speed_of(row)
-        if rep > 0:
-            reps.setdefault((row["workload"], row["threads"], row["allocator"]), []).append(rep)
+if reps:
     for name in mine + peers:
         spreads = sorted(max(v) / min(v) for (w, t, a), v in reps.items()
                          if a == name and len(v) > 1)

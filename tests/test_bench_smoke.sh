@@ -4,7 +4,8 @@
 # thread_stacks its pairs a second; then a one-cell matrix goes through scripts/bench-matrix.sh
 # (the entry point of scripts/bench-matrix.py) and yields matrix.csv/md with the right header,
 # and the summary it prints is checked on made-up runs whose answer is known, and
-# scripts/vs-best-peer.py's mean and cells below its floor on the same; scripts/bench-ab.sh
+# scripts/vs-best-peer.py's mean and cells below its floor on the same (and the gaps no
+# repetition overlaps, on made-up repetitions); scripts/bench-ab.sh
 # prints its two tables. Run by `make test` from the top directory (which builds
 # build/bench/* and the library); about 4 s.
 set -u
@@ -133,6 +134,29 @@ python3 scripts/vs-best-peer.py "$tmp/made-up/matrix.csv" --peers jemalloc,mimal
 if grep -q '^cmalloc  *vs best peer  1.232 over 4 cells, 3 below 1.3;' "$tmp/vs.txt"; then
   echo "ok   vs-best-peer: the geometric mean and the cells below the floor"
 else echo "FAIL vs-best-peer:"; sed 's/^/  | /' "$tmp/vs.txt"; fail=1; fi
+# ... and with --spread, the cells below the floor that no repetition overlaps: cell a's
+# cmalloc runs (75, 85) all below jemalloc's (95, 105), cell b's (70, 99) not below (90, 110)
+mkdir "$tmp/spread"
+{
+  echo "workload,allocator,threads,params,ops_per_sec,wall_s,p50_ns,p99_ns,p999_ns,max_ns,peak_rss_kib"
+  for row in a,cmalloc,80 a,jemalloc,100 b,cmalloc,80 b,jemalloc,100 c,cmalloc,100 c,jemalloc,100; do
+    echo "${row%,*},1,p,${row##*,},,,,,,1000"
+  done
+} > "$tmp/spread/matrix.csv"
+{
+  echo "rep,workload,allocator,threads,params,ops_per_sec,wall_s,p50_ns,p99_ns,p999_ns,max_ns,peak_rss_kib"
+  for row in 1,a,cmalloc,75 2,a,cmalloc,85 1,a,jemalloc,95 2,a,jemalloc,105 1,b,cmalloc,70 \
+             2,b,cmalloc,99 1,b,jemalloc,90 2,b,jemalloc,110 1,c,cmalloc,100 1,c,jemalloc,100; do
+    echo "${row%,*},1,p,${row##*,},,,,,,1000"
+  done
+} > "$tmp/spread/runs.csv"
+python3 scripts/vs-best-peer.py "$tmp/spread/matrix.csv" --peers jemalloc \
+  --spread "$tmp/spread/runs.csv" > "$tmp/vs-spread.txt" 2>&1
+if grep -q '^cmalloc  *vs best peer .* 2 below 0.9 (1 apart);' "$tmp/vs-spread.txt" &&
+   grep -q '^a  .*apart: cmalloc$' "$tmp/vs-spread.txt" &&
+   ! grep -q '^b  .*apart' "$tmp/vs-spread.txt"; then
+  echo "ok   vs-best-peer --spread: the gaps every repetition shows"
+else echo "FAIL vs-best-peer --spread:"; sed 's/^/  | /' "$tmp/vs-spread.txt"; fail=1; fi
 
 # bench-ab: two builds (here the same library twice) head to head, pinned to one vCPU; each
 # prints its median and the ratio table (a ratio within a repetition, its lowest and highest).
