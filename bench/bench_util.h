@@ -32,6 +32,7 @@
 #include <sched.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -635,6 +636,57 @@ typedef struct {
     const uint64_t *at_least; /* another option's value this one must not be below, or NULL */
 } bench_option;
 
+/* Takes argv[*i] as one of the program's own options if it names one (advancing *i past its
+ * value): 1 when taken, 0 when it names none, -1 when its value is out of range (said). */
+static inline int bench_take_own(int argc, char **argv, int *i, const bench_option *opts,
+                                 int nopts)
+{
+    const char *v = NULL;
+    int k = 0;
+    while (k < nopts && !(v = bench_opt(argc, argv, i, opts[k].name)))
+        k++;
+    if (k == nopts)
+        return 0;
+    double x = bench_parse_num(opts[k].name, v);
+    if (x < (double)opts[k].min || x > (double)opts[k].max) {
+        fprintf(stderr, "%s wants a number from %llu to %llu\n", opts[k].name,
+                (unsigned long long)opts[k].min, (unsigned long long)opts[k].max);
+        return -1;
+    }
+    *opts[k].value = (uint64_t)x;
+    return 1;
+}
+
+/* Whether every own option is at least the one it names in at_least (else said). */
+static inline bool bench_own_ordered(const bench_option *opts, int nopts)
+{
+    for (int k = 0; k < nopts; k++) {
+        if (opts[k].at_least && *opts[k].value < *opts[k].at_least) {
+            fprintf(stderr, "%s must not be below %llu\n", opts[k].name,
+                    (unsigned long long)*opts[k].at_least);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Parses the program's own options only (a program that times no calls); prints usage and
+ * exits 2 on anything else or out of range. */
+static inline void bench_parse_own_args(int argc, char **argv, const bench_option *opts,
+                                        int nopts, const char *usage)
+{
+    for (int i = 1; i < argc; i++) {
+        if (bench_take_own(argc, argv, &i, opts, nopts) != 1) {
+            fputs(usage, stderr);
+            exit(2);
+        }
+    }
+    if (!bench_own_ordered(opts, nopts)) {
+        fputs(usage, stderr);
+        exit(2);
+    }
+}
+
 /* Parses the common options and the program's own; prints usage (the program's line, then the
  * common options) and exits 2 on anything else or out of range. */
 static inline void bench_parse_args(int argc, char **argv, bench_common *c,
@@ -654,29 +706,11 @@ static inline void bench_parse_args(int argc, char **argv, bench_common *c,
             c->seed = (uint64_t)bench_parse_num("--seed", v);
         else if ((v = bench_opt(argc, argv, &i, "--label")))
             c->label = v;
-        else {
-            int k = 0;
-            while (k < nopts && !(v = bench_opt(argc, argv, &i, opts[k].name)))
-                k++;
-            if (k == nopts)
-                goto bad;
-            double x = bench_parse_num(opts[k].name, v);
-            if (x < (double)opts[k].min || x > (double)opts[k].max) {
-                fprintf(stderr, "%s wants a number from %llu to %llu\n", opts[k].name,
-                        (unsigned long long)opts[k].min, (unsigned long long)opts[k].max);
-                goto bad;
-            }
-            *opts[k].value = (uint64_t)x;
-        }
-    }
-    for (int k = 0; k < nopts; k++) {
-        if (opts[k].at_least && *opts[k].value < *opts[k].at_least) {
-            fprintf(stderr, "%s must not be below %llu\n", opts[k].name,
-                    (unsigned long long)*opts[k].at_least);
+        else if (bench_take_own(argc, argv, &i, opts, nopts) != 1)
             goto bad;
-        }
     }
-    if (c->threads >= 1 && c->threads <= 1024 && c->seconds > 0 && c->sample_rate >= 1)
+    if (bench_own_ordered(opts, nopts) && c->threads >= 1 && c->threads <= 1024 &&
+        c->seconds > 0 && c->sample_rate >= 1)
         return;
 bad:
     fprintf(stderr,

@@ -33,15 +33,9 @@
 
 enum phase { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
 
-static struct {
-    int threads;
-    unsigned objects;
-    size_t max_size;
-    double warmup_s;
-    double seconds;
-    uint64_t seed;
-    const char *label;
-} opt = {1, 256, 4096, 0.2, 1.0, 1, "churn"};
+static bench_common opt = {1, 0.2, 1.0, BENCH_SAMPLE_RATE, 1, "churn"};
+static uint64_t objects = 256;   /* --objects: each thread's live blocks */
+static uint64_t max_size = 4096; /* --max-size */
 
 static uint32_t *sizes;
 static uint64_t tsc_overhead;
@@ -66,7 +60,7 @@ static void free_batch(void **batch)
 static void *thread_main(void *arg)
 {
     job *j = arg;
-    unsigned n = opt.objects;
+    unsigned n = (unsigned)objects;
     size_t base = (size_t)(j->seq * 7919u);
     uint64_t t0 = bench_tsc_start();
     void **objs = malloc((n + 1) * sizeof(void *));
@@ -98,43 +92,19 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-static void usage(void)
-{
-    fprintf(stderr, "usage: churn_bench [--threads N] [--objects N] [--max-size BYTES]\n"
-                    "                   [--warmup S] [--seconds S] [--seed N] [--label NAME]\n"
-                    "  --threads: threads alive at once (started and joined in rounds)\n");
-    exit(2);
-}
-
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if ((v = bench_opt(argc, argv, &i, "--threads")))
-            opt.threads = (int)bench_parse_num("--threads", v);
-        else if ((v = bench_opt(argc, argv, &i, "--objects")))
-            opt.objects = (unsigned)bench_parse_num("--objects", v);
-        else if ((v = bench_opt(argc, argv, &i, "--max-size")))
-            opt.max_size = (size_t)bench_parse_num("--max-size", v);
-        else if ((v = bench_opt(argc, argv, &i, "--warmup")))
-            opt.warmup_s = bench_parse_num("--warmup", v);
-        else if ((v = bench_opt(argc, argv, &i, "--seconds")))
-            opt.seconds = bench_parse_num("--seconds", v);
-        else if ((v = bench_opt(argc, argv, &i, "--seed")))
-            opt.seed = (uint64_t)bench_parse_num("--seed", v);
-        else if ((v = bench_opt(argc, argv, &i, "--label")))
-            opt.label = v;
-        else
-            usage();
-    }
-    if (opt.threads < 1 || opt.threads > 1024 || opt.objects < 1 || opt.objects > 1000000 ||
-        opt.max_size < 16 || opt.max_size > (1u << 30) || opt.seconds <= 0)
-        usage();
+    const bench_option opts[] = {{"--objects", &objects, 1, 1000000, NULL},
+                                 {"--max-size", &max_size, 16, 1u << 30, NULL}};
+    bench_parse_args(argc, argv, &opt, opts, 2,
+                     "usage: churn_bench [--objects N] [--max-size BYTES]\n"
+                     "  --threads: threads alive at once (started and joined in rounds)\n");
 
     char params[128];
-    snprintf(params, sizeof params, "objects=%u;max_size=%zu", opt.objects, opt.max_size);
+    snprintf(params, sizeof params, "objects=%llu;max_size=%llu", (unsigned long long)objects,
+             (unsigned long long)max_size);
     tsc_overhead = bench_tsc_overhead();
-    sizes = bench_size_table(opt.seed * 15485863u, DIST_MIXED, opt.max_size);
+    sizes = bench_size_table(opt.seed * 15485863u, DIST_MIXED, max_size);
     job *jobs = bench_map((size_t)opt.threads * sizeof(job));
     pthread_t *tids = bench_map((size_t)opt.threads * sizeof(pthread_t));
     static bench_hist hlife, hfirst;
@@ -185,7 +155,7 @@ int main(int argc, char **argv)
     printf("churn_bench: %s threads=%d (alive at once) seconds=%.2f warmup=%.2f\n", params,
            opt.threads, opt.seconds, opt.warmup_s);
     printf("  throughput     %.0f threads/s (%.0f mallocs/s)\n", r.ops_per_sec,
-           r.ops_per_sec * (opt.objects + 1));
+           r.ops_per_sec * (objects + 1));
     bench_print_lat("thread life", r.lat);
     bench_print_lat("first malloc", bench_hist_summary(&hfirst, cpn));
     printf("  peak RSS       %ld KiB\n", bench_peak_rss_kib());

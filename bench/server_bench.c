@@ -32,17 +32,10 @@
 
 #include "bench_util.h"
 
-static struct {
-    int threads;
-    size_t slots;
-    size_t max_size;
-    unsigned temps;
-    double warmup_s;
-    double seconds;
-    unsigned sample_rate;
-    uint64_t seed;
-    const char *label;
-} opt = {1, 16384, 8192, 4, 0.2, 1.0, 32, 1, "server"};
+static bench_common opt = {1, 0.2, 1.0, 32, 1, "server"};
+static uint64_t slots = 16384;   /* --slots: the shared table's entries */
+static uint64_t max_size = 8192; /* --max-size */
+static uint64_t temps = 4;       /* --temps: most temporaries a request makes */
 
 static _Atomic int phase = BENCH_WARMUP;
 static _Atomic(void *) *table;
@@ -86,7 +79,7 @@ static void check_free_object(worker *w, void *p)
 {
     object_header *h = p;
     size_t sz = h->size;
-    if (sz < sizeof(object_header) + 1 || sz > opt.max_size + 64 ||
+    if (sz < sizeof(object_header) + 1 || sz > max_size + 64 ||
         ((unsigned char *)h)[sz - 1] != (unsigned char)(sz * 31 + 7)) {
         fprintf(stderr, "server_bench: corrupted object %p (size field %zu)\n", p, sz);
         exit(3);
@@ -100,13 +93,13 @@ static void check_free_object(worker *w, void *p)
 static inline void one_request(worker *w, uint64_t *rs, unsigned *si)
 {
     void *tmp[64];
-    unsigned k = 1 + (unsigned)(bench_rand(rs) % opt.temps);
+    unsigned k = 1 + (unsigned)(bench_rand(rs) % temps);
     for (unsigned j = 0; j < k; j++) {
         size_t sz = w->sizes[(*si)++ & (BENCH_SIZE_TABLE - 1)];
         tmp[j] = malloc(sz);
         bench_touch(tmp[j], sz);
     }
-    size_t slot = (size_t)(bench_rand(rs) % opt.slots);
+    size_t slot = (size_t)(bench_rand(rs) % slots);
     void *obj = make_object(w, w->sizes[(*si)++ & (BENCH_SIZE_TABLE - 1)]);
     void *old = atomic_exchange_explicit(&table[slot], obj, memory_order_acq_rel);
     if (old)
@@ -123,7 +116,7 @@ static void *thread_main(void *arg)
 
     /* fill this thread's share of the table */
     uint64_t filled = 0;
-    for (size_t s = (size_t)w->id; s < opt.slots; s += (size_t)opt.threads) {
+    for (size_t s = (size_t)w->id; s < slots; s += (size_t)opt.threads) {
         size_t sz = w->sizes[si++ & (BENCH_SIZE_TABLE - 1)];
         atomic_store_explicit(&table[s], make_object(w, sz), memory_order_release);
         filled += sz;
@@ -159,54 +152,25 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-static void usage(void)
-{
-    fprintf(stderr, "usage: server_bench [--threads N] [--slots N] [--max-size BYTES] [--temps N]\n"
-                    "                    [--warmup S] [--seconds S] [--sample-rate N] [--seed N]\n"
-                    "                    [--label NAME]\n");
-    exit(2);
-}
-
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if ((v = bench_opt(argc, argv, &i, "--threads")))
-            opt.threads = (int)bench_parse_num("--threads", v);
-        else if ((v = bench_opt(argc, argv, &i, "--slots")))
-            opt.slots = (size_t)bench_parse_num("--slots", v);
-        else if ((v = bench_opt(argc, argv, &i, "--max-size")))
-            opt.max_size = (size_t)bench_parse_num("--max-size", v);
-        else if ((v = bench_opt(argc, argv, &i, "--temps")))
-            opt.temps = (unsigned)bench_parse_num("--temps", v);
-        else if ((v = bench_opt(argc, argv, &i, "--warmup")))
-            opt.warmup_s = bench_parse_num("--warmup", v);
-        else if ((v = bench_opt(argc, argv, &i, "--seconds")))
-            opt.seconds = bench_parse_num("--seconds", v);
-        else if ((v = bench_opt(argc, argv, &i, "--sample-rate")))
-            opt.sample_rate = (unsigned)bench_parse_num("--sample-rate", v);
-        else if ((v = bench_opt(argc, argv, &i, "--seed")))
-            opt.seed = (uint64_t)bench_parse_num("--seed", v);
-        else if ((v = bench_opt(argc, argv, &i, "--label")))
-            opt.label = v;
-        else
-            usage();
-    }
-    if (opt.threads < 1 || opt.threads > 1024 || opt.slots < 1 || opt.temps < 1 || opt.temps > 64 ||
-        opt.max_size < 16 || opt.max_size > (1u << 30) || opt.seconds <= 0 || opt.sample_rate < 1)
-        usage();
+    const bench_option opts[] = {{"--slots", &slots, 1, 1u << 30, NULL},
+                                 {"--max-size", &max_size, 16, 1u << 30, NULL},
+                                 {"--temps", &temps, 1, 64, NULL}};
+    bench_parse_args(argc, argv, &opt, opts, 3,
+                     "usage: server_bench [--slots N] [--max-size BYTES] [--temps N]\n");
 
     char params[128];
-    snprintf(params, sizeof params, "slots=%zu;max_size=%zu;temps=%u", opt.slots, opt.max_size,
-             opt.temps);
+    snprintf(params, sizeof params, "slots=%llu;max_size=%llu;temps=%llu",
+             (unsigned long long)slots, (unsigned long long)max_size, (unsigned long long)temps);
     tsc_overhead = bench_tsc_overhead();
-    table = bench_map(opt.slots * sizeof(*table));
+    table = bench_map(slots * sizeof(*table));
     worker *ws = bench_map((size_t)opt.threads * sizeof(worker));
     pthread_t *tids = bench_map((size_t)opt.threads * sizeof(pthread_t));
     pthread_barrier_init(&barrier, NULL, (unsigned)opt.threads + 1);
     for (int i = 0; i < opt.threads; i++) {
         ws[i].id = i;
-        ws[i].sizes = bench_size_table(opt.seed * 104729 + (uint64_t)i, DIST_MIXED, opt.max_size);
+        ws[i].sizes = bench_size_table(opt.seed * 104729 + (uint64_t)i, DIST_MIXED, max_size);
         int rc = pthread_create(&tids[i], NULL, thread_main, &ws[i]);
         if (rc) {
             fprintf(stderr, "server_bench: pthread_create: %s\n", strerror(rc));
@@ -243,7 +207,7 @@ int main(int argc, char **argv)
 
     worker cleaner = {0};
     cleaner.id = -1;
-    for (size_t s = 0; s < opt.slots; s++) {
+    for (size_t s = 0; s < slots; s++) {
         void *p = atomic_load(&table[s]);
         if (p)
             check_free_object(&cleaner, p);

@@ -21,10 +21,10 @@
 
 #include "bench_util.h"
 
+/* bench_option's values: whole numbers (bench_util.h) */
 static struct {
-    int threads, blocks, block_mib, rounds;
-    long pairs;
-} opt = {200, 64, 4, 5, 2000000};
+    uint64_t threads, blocks, block_mib, pairs, rounds;
+} opt = {200, 64, 4, 2000000, 5};
 
 static pthread_barrier_t started, done;
 
@@ -35,48 +35,33 @@ static void *idle_thread(void *arg)
     return arg;
 }
 
-static void usage(void)
-{
-    fprintf(stderr, "usage: thread_stacks [--threads N] [--blocks N] [--block-mib N] [--pairs N]\n"
-                    "                     [--rounds N]\n");
-    exit(2);
-}
-
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if ((v = bench_opt(argc, argv, &i, "--threads")))
-            opt.threads = (int)bench_parse_num("--threads", v);
-        else if ((v = bench_opt(argc, argv, &i, "--blocks")))
-            opt.blocks = (int)bench_parse_num("--blocks", v);
-        else if ((v = bench_opt(argc, argv, &i, "--block-mib")))
-            opt.block_mib = (int)bench_parse_num("--block-mib", v);
-        else if ((v = bench_opt(argc, argv, &i, "--pairs")))
-            opt.pairs = (long)bench_parse_num("--pairs", v);
-        else if ((v = bench_opt(argc, argv, &i, "--rounds")))
-            opt.rounds = (int)bench_parse_num("--rounds", v);
-        else
-            usage();
-    }
-    if (opt.threads < 0 || opt.blocks < 0 || opt.block_mib < 1 || opt.pairs < 1 || opt.rounds < 1)
-        usage();
-    pthread_t *threads = calloc((size_t)opt.threads + 1, sizeof *threads);
-    char **blocks = calloc((size_t)opt.blocks + 1, sizeof *blocks);
+    const bench_option opts[] = {{"--threads", &opt.threads, 0, 100000, NULL},
+                                 {"--blocks", &opt.blocks, 0, 1000000, NULL},
+                                 {"--block-mib", &opt.block_mib, 1, 1u << 20, NULL},
+                                 {"--pairs", &opt.pairs, 1, UINT64_MAX >> 12, NULL},
+                                 {"--rounds", &opt.rounds, 1, 1000000, NULL}};
+    bench_parse_own_args(argc, argv, opts, 5,
+                         "usage: thread_stacks [--threads N] [--blocks N] [--block-mib N]"
+                         " [--pairs N] [--rounds N]\n");
+    pthread_t *threads = calloc(opt.threads + 1, sizeof *threads);
+    char **blocks = calloc(opt.blocks + 1, sizeof *blocks);
     if (threads == NULL || blocks == NULL) {
         perror("thread_stacks");
         return 1;
     }
     pthread_barrier_init(&started, NULL, (unsigned)opt.threads + 1);
     pthread_barrier_init(&done, NULL, (unsigned)opt.threads + 1);
-    for (int i = 0; i < opt.threads; i++)
+    for (size_t i = 0; i < opt.threads; i++)
         if (pthread_create(&threads[i], NULL, idle_thread, NULL) != 0) {
-            fprintf(stderr, "thread_stacks: thread %d of %d could not start\n", i, opt.threads);
+            fprintf(stderr, "thread_stacks: thread %zu of %llu could not start\n", i,
+                    (unsigned long long)opt.threads);
             return 1;
         }
     pthread_barrier_wait(&started);
-    for (int i = 0; i < opt.blocks; i++) {
-        blocks[i] = malloc((size_t)opt.block_mib << 20);
+    for (size_t i = 0; i < opt.blocks; i++) {
+        blocks[i] = malloc(opt.block_mib << 20);
         if (blocks[i] == NULL) {
             perror("thread_stacks: malloc");
             return 1;
@@ -84,9 +69,9 @@ int main(int argc, char **argv)
         blocks[i][0] = 1;
     }
     uint64_t best = UINT64_MAX;
-    for (int r = 0; r < opt.rounds; r++) {
+    for (uint64_t r = 0; r < opt.rounds; r++) {
         uint64_t start = bench_now_ns();
-        for (long k = 0; k < opt.pairs; k++) {
+        for (uint64_t k = 0; k < opt.pairs; k++) {
             void *volatile p = malloc(64);
             free(p);
         }
@@ -94,18 +79,22 @@ int main(int argc, char **argv)
         best = took < best ? took : best;
     }
     pthread_barrier_wait(&done);
-    for (int i = 0; i < opt.threads; i++)
+    for (size_t i = 0; i < opt.threads; i++)
         pthread_join(threads[i], NULL);
-    for (int i = 0; i < opt.blocks; i++)
+    for (size_t i = 0; i < opt.blocks; i++)
         free(blocks[i]);
-    printf("thread_stacks: %d threads, %d blocks of %d MiB, best of %d rounds of %ld pairs\n",
-           opt.threads, opt.blocks, opt.block_mib, opt.rounds, opt.pairs);
-    char params[80];
-    snprintf(params, sizeof params, "blocks=%d;block_mib=%d;pairs=%ld", opt.blocks, opt.block_mib,
-             opt.pairs);
+    printf("thread_stacks: %llu threads, %llu blocks of %llu MiB, best of %llu rounds of %llu "
+           "pairs\n",
+           (unsigned long long)opt.threads, (unsigned long long)opt.blocks,
+           (unsigned long long)opt.block_mib, (unsigned long long)opt.rounds,
+           (unsigned long long)opt.pairs);
+    char params[96];
+    snprintf(params, sizeof params, "blocks=%llu;block_mib=%llu;pairs=%llu",
+             (unsigned long long)opt.blocks, (unsigned long long)opt.block_mib,
+             (unsigned long long)opt.pairs);
     double seconds = (double)(best ? best : 1) / 1e9;
     bench_print_result(&(bench_result){.workload = "thread_stacks",
-                                       .threads = opt.threads,
+                                       .threads = (int)opt.threads,
                                        .params = params,
                                        .ops_per_sec = (double)opt.pairs / seconds,
                                        .wall_s = seconds});
