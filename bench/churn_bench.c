@@ -98,7 +98,8 @@ int main(int argc, char **argv)
                                  {"--max-size", &max_size, 16, 1u << 30, NULL}};
     bench_parse_args(argc, argv, &opt, opts, 2,
                      "usage: churn_bench [--objects N] [--max-size BYTES]\n"
-                     "  --threads: threads alive at once (started and joined in rounds)\n");
+                     "  --threads: threads alive at once (started and joined in rounds);\n"
+                     "  --sample-rate: not used (every thread's life is timed)\n");
 
     char params[128];
     snprintf(params, sizeof params, "objects=%llu;max_size=%llu", (unsigned long long)objects,
