@@ -19,12 +19,13 @@ extern "C" {
 /* Process-wide counters, read without stopping other threads (so a snapshot, not a fence). */
 typedef struct cmalloc_stats {
     size_t bytes_in_use;   /* handed to the program and not yet freed (object-size granularity) */
-    size_t bytes_mapped;   /* obtained from the OS and not yet unmapped */
+    size_t bytes_mapped;   /* obtained from the OS and not yet unmapped (the pagemap's tables,
+                              reserved whole, count in bytes_metadata as written) */
     size_t bytes_released; /* mapped, but given back with madvise: not resident */
     size_t bytes_page_heap_free; /* in free spans of the page heap, still resident */
     size_t bytes_central_cache;  /* in central transfer caches, ready for any thread */
     size_t bytes_thread_caches;  /* in per-thread caches (and exited threads' kept lists) */
-    size_t bytes_metadata;       /* spans, thread caches and pagemap nodes */
+    size_t bytes_metadata;       /* spans, thread caches and the pagemap's written pages */
     size_t large_allocations;    /* live allocations served by whole spans or mmap */
     size_t thread_caches;        /* live thread caches */
 } cmalloc_stats;

@@ -182,9 +182,6 @@ bool cm_is_object_start(const void *p)
     return object_span(p) != NULL;
 }
 
-/* How far back freed_before walks the pagemap for the span a page lies in: 2 GiB of pages. */
-#define FREED_BEFORE_WALK_PAGES ((size_t)1 << 18)
-
 /* Whether p, which is no object's start, was very likely handed out before: the start of a
  * free span, of a recently unmapped MAPPED span, or a page boundary inside a free span (a
  * LARGE span merged with free neighbours after its free). Error path only: walks back
@@ -199,7 +196,7 @@ static bool freed_before(const void *p)
             return true;
     if (((uintptr_t)p & (CM_PAGE_SIZE - 1)) != 0)
         return false;
-    for (size_t back = 1; back <= FREED_BEFORE_WALK_PAGES; back++) {
+    for (size_t back = 1; back <= CM_PAGEMAP_LEAF_ENTRIES; back++) {
         const char *probe = (const char *)p - back * CM_PAGE_SIZE;
         if (cm_pagemap_leaf_of(probe) == NULL)
             return false;

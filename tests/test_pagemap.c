@@ -25,7 +25,7 @@ static size_t leaves_in_root(uintptr_t *index)
  * from the start, and then none is hot); a leaf with other spans only (a MAPPED block, a free
  * or LARGE span) leaves it hot, a SMALL span in a second leaf gives it up for good, and lookups
  * read the root and stay right. */
-static void the_hot_leaf_lasts_while_it_is_the_only_one(void **state)
+static void the_hot_leaf_lasts_while_it_holds_every_small_span(void **state)
 {
     (void)state;
     char *block = malloc(100);
@@ -77,7 +77,8 @@ static void written_entry_pages_are_counted_and_given_back(void **state)
             other = {.page = page + apart, .pages = 1, .state = CM_SPAN_SMALL, .size_class = 1};
     cm_pagemap_set(page, &span);
     cm_pagemap_set(page + apart, &other);
-    assert_int_equal(cm_pagemap_written_pages(leaf), 4); /* a page of classes and one of spans each */
+    /* a page of classes and one of spans for each */
+    assert_int_equal(cm_pagemap_written_pages(leaf), 4);
     assert_true(cm_pagemap_bytes() >= before + 4 * CM_SYSTEM_PAGE);
     cm_pagemap_set(page, NULL);
     assert_true(cm_pagemap_release_unused() >= 2 * CM_SYSTEM_PAGE);
@@ -152,7 +153,7 @@ int main(void)
 {
     cm_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(the_hot_leaf_lasts_while_it_is_the_only_one),
+        cmocka_unit_test(the_hot_leaf_lasts_while_it_holds_every_small_span),
         cmocka_unit_test(written_entry_pages_are_counted_and_given_back),
         cmocka_unit_test(set_and_lookup),
         cmocka_unit_test(stale_and_wild_pointers_are_rejected),
