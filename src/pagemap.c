@@ -166,6 +166,15 @@ static bool page_is_zero(const char *start)
     return any == 0;
 }
 
+/* Gives back count entry pages of leaf from number first on (none when count is 0), in one
+ * call: a trim of a heap that held gigabytes finds its zero pages in runs. Returns bytes. */
+static size_t release_entry_pages(cm_pagemap_leaf *leaf, size_t first, size_t count)
+{
+    if (count > 0)
+        cm_os_release(entry_page(leaf, first), count * CM_SYSTEM_PAGE);
+    return count * CM_SYSTEM_PAGE;
+}
+
 /* Gives back the written entry pages of every leaf that map nothing now (every written page of
  * a leaf that maps nothing), the caller holding the page heap's lock, so that no entry changes
  * meanwhile but the owners of SMALL spans' pages, whose class bytes are not zero. Returns the
@@ -177,18 +186,25 @@ size_t cm_pagemap_release_unused(void)
         return 0;
     for (size_t i = first; i <= last; i++) {
         cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE);
+        size_t run_first = 0, run_count = 0; /* zero pages found next to each other */
         for (size_t word = 0; leaf != NULL && word < CM_PAGEMAP_ENTRY_PAGES / 64; word++) {
             for (uint64_t bits = leaf->written[word]; bits != 0; bits &= bits - 1) {
                 size_t number = word * 64 + (size_t)__builtin_ctzll(bits);
                 if (!page_is_zero(entry_page(leaf, number)))
                     continue;
-                cm_os_release(entry_page(leaf, number), CM_SYSTEM_PAGE);
                 __atomic_store_n(&leaf->written[word],
                                  leaf->written[word] & ~((uint64_t)1 << (number % 64)),
                                  __ATOMIC_RELAXED);
-                bytes += CM_SYSTEM_PAGE;
+                if (number != run_first + run_count) {
+                    bytes += release_entry_pages(leaf, run_first, run_count);
+                    run_first = number;
+                    run_count = 0;
+                }
+                run_count++;
             }
         }
+        if (leaf != NULL)
+            bytes += release_entry_pages(leaf, run_first, run_count);
     }
     return bytes;
 }

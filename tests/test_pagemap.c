@@ -92,6 +92,40 @@ static void written_entry_pages_are_counted_and_given_back(void **state)
     assert_null(cm_pagemap_lookup((void *)((page + apart) << CM_PAGE_SHIFT)));
 }
 
+/* Pages of entries that map nothing go back in runs, and a page that still maps something
+ * splits a run and stays, its entries intact. Map pages CM_PAGEMAP_CLASSES_PER_PAGE apart have
+ * their class bytes on adjacent pages of entries. */
+static void zero_entry_pages_go_back_in_runs_that_skip_live_ones(void **state)
+{
+    (void)state;
+    const uintptr_t base = (uintptr_t)0x12d3 << CM_PAGEMAP_LEAF_BITS,
+                    apart = CM_PAGEMAP_CLASSES_PER_PAGE;
+    cm_span spans[4];
+    assert_true(cm_pagemap_ensure(base, 4 * apart));
+    cm_pagemap_leaf *leaf = cm_pagemap_leaf_of((void *)(base << CM_PAGE_SHIFT));
+    for (int i = 0; i < 4; i++) {
+        spans[i] = (cm_span){.page = base + i * apart, .pages = 1, .state = CM_SPAN_SMALL,
+                             .size_class = 1};
+        cm_pagemap_set(base + i * apart, &spans[i]);
+    }
+    /* four pages of class bytes, four of spans (two apart: a span entry is twice as wide) */
+    assert_int_equal(cm_pagemap_written_pages(leaf), 8);
+    cm_pagemap_set(base, NULL);
+    cm_pagemap_set(base + apart, NULL);
+    cm_pagemap_set(base + 3 * apart, NULL);
+    assert_true(cm_pagemap_release_unused() >= 6 * CM_SYSTEM_PAGE);
+    assert_int_equal(cm_pagemap_written_pages(leaf), 2);
+    void *live = (void *)((base + 2 * apart) << CM_PAGE_SHIFT);
+    assert_ptr_equal(cm_pagemap_lookup(live), &spans[2]);
+    assert_int_equal(cm_pagemap_class_of(live), 1);
+    for (int i = 0; i < 4; i++)
+        if (i != 2)
+            assert_null(cm_pagemap_lookup((void *)((base + i * apart) << CM_PAGE_SHIFT)));
+    cm_pagemap_set(base + 2 * apart, NULL);
+    cm_pagemap_release_unused();
+    assert_int_equal(cm_pagemap_written_pages(leaf), 0);
+}
+
 static void set_and_lookup(void **state)
 {
     (void)state;
@@ -155,6 +189,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_hot_leaf_lasts_while_it_holds_every_small_span),
         cmocka_unit_test(written_entry_pages_are_counted_and_given_back),
+        cmocka_unit_test(zero_entry_pages_go_back_in_runs_that_skip_live_ones),
         cmocka_unit_test(set_and_lookup),
         cmocka_unit_test(stale_and_wild_pointers_are_rejected),
         cmocka_unit_test(heap_objects_resolve_to_their_span),
