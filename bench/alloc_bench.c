@@ -35,6 +35,9 @@
  *   --sharing (window mode): at the end, how many live objects share a 128-byte block (a pair
  *             of cache lines, which the L2 prefetcher fetches together) with another thread's
  *             live object: writes to such neighbours make both threads' cores trade the lines.
+ *             --sharing-block BYTES counts blocks of another power of two instead (4096: live
+ *             objects on a page that holds another thread's, as the mixed window's slow runs
+ *             have them; docs/PERFORMANCE.md).
  *   --pin: thread i (crossthread: producers even, consumers odd) runs only on the i-th CPU the
  *             process may use, modulo their number (bench_util.h's bench_pin_thread), so a
  *             producer and its consumer never share a core where there are two.
@@ -65,9 +68,10 @@ static struct {
     const char *label;
     uint64_t seed;
     bool sharing;
+    unsigned sharing_shift; /* log2 of --sharing-block */
     bool pin;
 } opt = {1, 64, DIST_FIXED, MODE_IMMEDIATE, 1024, 0.2, 1.0, BENCH_SAMPLE_RATE, NULL, 1, false,
-         false};
+         7, false};
 
 static _Atomic int phase = BENCH_WARMUP;
 static uint64_t tsc_overhead;
@@ -253,8 +257,8 @@ static void run_window(worker *w)
         w->edges = bench_map(2 * n * sizeof(uint64_t));
         for (size_t i = 0; i < n; i++) {
             uintptr_t start = (uintptr_t)ring[i];
-            w->edges[2 * i] = start >> 7;
-            w->edges[2 * i + 1] = (start + malloc_usable_size(ring[i]) - 1) >> 7;
+            w->edges[2 * i] = start >> opt.sharing_shift;
+            w->edges[2 * i + 1] = (start + malloc_usable_size(ring[i]) - 1) >> opt.sharing_shift;
         }
     }
     for (size_t i = 0; i < n; i++)
@@ -262,9 +266,9 @@ static void run_window(worker *w)
     bench_unmap(ring, n * sizeof(void *));
 }
 
-/* --sharing: live objects (at the end of the run) with a 128-byte block in common with
- * another thread's. Only an object's first and last blocks can be shared: sort (block, thread,
- * object) entries and look for blocks with more than one thread. */
+/* --sharing: live objects (at the end of the run) with a block (128 bytes, or --sharing-block)
+ * in common with another thread's. Only an object's first and last blocks can be shared: sort
+ * (block, thread, object) entries and look for blocks with more than one thread. */
 typedef struct {
     uint64_t block;
     uint32_t thread, object;
@@ -424,9 +428,20 @@ static void usage(void)
             "usage: alloc_bench [--threads N] [--size BYTES] [--size-dist=fixed|mixed|powerlaw]\n"
             "                   [--mode=immediate|window|crossthread] [--window N]\n"
             "                   [--warmup S] [--seconds S] [--sample-rate N] [--label NAME]\n"
-            "                   [--seed N] [--sharing] [--pin]\n"
+            "                   [--seed N] [--sharing] [--sharing-block BYTES] [--pin]\n"
             "  crossthread runs --threads producers and --threads consumers.\n");
     exit(2);
+}
+
+/* log2 of --sharing-block's bytes: a power of two of a cache line or more. */
+static unsigned sharing_shift(const char *v)
+{
+    uint64_t bytes = (uint64_t)bench_parse_num("--sharing-block", v);
+    if (bytes < 64 || (bytes & (bytes - 1)) != 0) {
+        fprintf(stderr, "alloc_bench: --sharing-block %s: not a power of two of 64 or more\n", v);
+        exit(2);
+    }
+    return (unsigned)__builtin_ctzll(bytes);
 }
 
 static void parse_args(int argc, char **argv)
@@ -463,6 +478,8 @@ static void parse_args(int argc, char **argv)
             opt.seed = (uint64_t)bench_parse_num("--seed", v);
         else if (!strcmp(argv[i], "--sharing"))
             opt.sharing = true;
+        else if ((v = bench_opt(argc, argv, &i, "--sharing-block")))
+            opt.sharing_shift = sharing_shift(v), opt.sharing = true;
         else if (!strcmp(argv[i], "--pin"))
             opt.pin = true;
         else
@@ -552,9 +569,10 @@ int main(int argc, char **argv)
                "from %u)\n",
                100.0 * same_size_share(&ws[0]), size_cycle);
     if (opt.sharing && opt.mode == MODE_WINDOW)
-        printf("  sharing        %zu of %zu live objects share a 128-byte block with another "
+        printf("  sharing        %zu of %zu live objects share a %zu-byte block with another "
                "thread's\n",
-               count_shared(ws, nworkers), (size_t)nworkers * opt.window);
+               count_shared(ws, nworkers), (size_t)nworkers * opt.window,
+               (size_t)1 << opt.sharing_shift);
     bench_print_result(&r);
     return 0;
 }
