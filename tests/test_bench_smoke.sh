@@ -55,12 +55,14 @@ else echo "ok   alloc_bench window: $share% of replacements take the size they f
 # objects; a size that is no power of two is refused
 build/bench/alloc_bench --mode=window --size-dist=mixed --size 4096 --window 256 --threads 2 \
   --sharing-block 4096 $short > "$tmp/out" 2>&1
-line=$(sed -n 's/^ *sharing *\([0-9]*\) of \([0-9]*\) live objects share a 4096-byte block.*/\1 \2/p' \
-  "$tmp/out")
-if [ -z "$line" ] || ! awk -v s="$line" 'BEGIN { split(s, f, " "); exit !(f[1] <= f[2] && f[2] == 512) }'
+counted='s/^ *sharing *\([0-9]*\) of \([0-9]*\) live objects share a 4096-byte block.*/\1 \2/p'
+line=$(sed -n "$counted" "$tmp/out")
+if [ -z "$line" ] ||
+   ! awk -v s="$line" 'BEGIN { split(s, f, " "); exit !(f[1] <= f[2] && f[2] == 512) }'
 then echo "FAIL alloc_bench --sharing-block 4096: '$line'"; sed 's/^/  | /' "$tmp/out"; fail=1
 else echo "ok   alloc_bench --sharing-block 4096: $line"; fi
-if build/bench/alloc_bench --sharing-block 100 > "$tmp/out" 2>&1 || ! grep -q "power of two" "$tmp/out"
+if build/bench/alloc_bench --sharing-block 100 > "$tmp/out" 2>&1 ||
+   ! grep -q "power of two" "$tmp/out"
 then echo "FAIL alloc_bench --sharing-block 100 was taken"; fail=1
 else echo "ok   alloc_bench --sharing-block 100 refused"; fi
 run "server_bench" build/bench/server_bench --threads 2 --slots 2048 $short
