@@ -675,16 +675,13 @@ static inline bool bench_own_ordered(const bench_option *opts, int nopts)
 static inline void bench_parse_own_args(int argc, char **argv, const bench_option *opts,
                                         int nopts, const char *usage)
 {
-    for (int i = 1; i < argc; i++) {
-        if (bench_take_own(argc, argv, &i, opts, nopts) != 1) {
-            fputs(usage, stderr);
-            exit(2);
-        }
-    }
-    if (!bench_own_ordered(opts, nopts)) {
-        fputs(usage, stderr);
-        exit(2);
-    }
+    int i = 1;
+    while (i < argc && bench_take_own(argc, argv, &i, opts, nopts) == 1)
+        i++;
+    if (i == argc && bench_own_ordered(opts, nopts))
+        return;
+    fputs(usage, stderr);
+    exit(2);
 }
 
 /* Parses the common options and the program's own; prints usage (the program's line, then the

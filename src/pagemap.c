@@ -186,8 +186,10 @@ size_t cm_pagemap_release_unused(void)
         return 0;
     for (size_t i = first; i <= last; i++) {
         cm_pagemap_leaf *leaf = __atomic_load_n(&cm_pagemap_root[i], __ATOMIC_ACQUIRE);
+        if (leaf == NULL)
+            continue;
         size_t run_first = 0, run_count = 0; /* zero pages found next to each other */
-        for (size_t word = 0; leaf != NULL && word < CM_PAGEMAP_ENTRY_PAGES / 64; word++) {
+        for (size_t word = 0; word < CM_PAGEMAP_ENTRY_PAGES / 64; word++) {
             for (uint64_t bits = leaf->written[word]; bits != 0; bits &= bits - 1) {
                 size_t number = word * 64 + (size_t)__builtin_ctzll(bits);
                 if (!page_is_zero(entry_page(leaf, number)))
@@ -203,8 +205,7 @@ size_t cm_pagemap_release_unused(void)
                 run_count++;
             }
         }
-        if (leaf != NULL)
-            bytes += release_entry_pages(leaf, run_first, run_count);
+        bytes += release_entry_pages(leaf, run_first, run_count);
     }
     return bytes;
 }
