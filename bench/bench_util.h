@@ -42,9 +42,14 @@
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
+#endif
+/* -DBENCH_HAVE_TSC=0 times with clock_gettime instead: for valgrind, which lacks rdtscp. */
+#ifndef BENCH_HAVE_TSC
+#if defined(__x86_64__) || defined(__i386__)
 #define BENCH_HAVE_TSC 1
 #else
 #define BENCH_HAVE_TSC 0
+#endif
 #endif
 
 #define BENCH_CACHELINE 64
