@@ -478,9 +478,10 @@ static void parse_args(int argc, char **argv)
             opt.seed = (uint64_t)bench_parse_num("--seed", v);
         else if (!strcmp(argv[i], "--sharing"))
             opt.sharing = true;
-        else if ((v = bench_opt(argc, argv, &i, "--sharing-block")))
-            opt.sharing_shift = sharing_shift(v), opt.sharing = true;
-        else if (!strcmp(argv[i], "--pin"))
+        else if ((v = bench_opt(argc, argv, &i, "--sharing-block"))) {
+            opt.sharing_shift = sharing_shift(v);
+            opt.sharing = true;
+        } else if (!strcmp(argv[i], "--pin"))
             opt.pin = true;
         else
             usage();

@@ -14,13 +14,14 @@
  * the index to CM_PAGEMAP_NO_HOT for good, and every lookup reads the root again: a branch
  * guessing between two leaves would cost more than the load it saves (note_small_span). The
  * hot leaf is the root's entry at the hot index and never changes, so a reader that sees the
- * old index is right too; any other leaf is found through the root whatever the index. Up to
- * 630419c any second leaf ended it, and the kernel places thread stacks and large blocks
- * among the heap's mappings: a program that started 200 threads and then mapped 256 MiB of
- * blocks lost the hot leaf in 10 runs of 10 (docs/PERFORMANCE.md, "Measured at e40c6c6").
- * Leaves of 16 GiB kept it too, but a leaf's mapping counts against RLIMIT_AS: at 24 MiB a
- * leaf, a C++ program allocating 360 MiB under a 400 MiB limit failed whenever the block
- * needed a leaf of its own (tests/test_oom_cxx.sh, 1 run in 60).
+ * old index is right too; any other leaf is found through the root whatever the index. Only a
+ * SMALL span ends it: the kernel places thread stacks and large blocks among the heap's
+ * mappings, and where any second leaf ended it, a program that started 200 threads and then
+ * mapped 256 MiB of blocks lost the hot leaf in 10 runs of 10 (docs/PERFORMANCE.md, "Measured
+ * at e40c6c6"). Bigger leaves would keep it as well, but a leaf's mapping counts against
+ * RLIMIT_AS: at 24 MiB a leaf (16 GiB of address space), a C++ program allocating 360 MiB
+ * under a 400 MiB limit failed whenever the block needed a leaf of its own
+ * (tests/test_oom_cxx.sh, 1 run in 60).
  * Reads are lock-free (cm_pagemap_lookup in internal.h): a leaf, once published, is never
  * unmapped or moved. pagemap_lock serializes leaf creation. Every writer of entries holds the
  * page heap's lock (the mmap path too, through cm_page_heap_set_mapped), after
