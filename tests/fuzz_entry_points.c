@@ -348,9 +348,7 @@ static void run(const uint8_t *data, size_t size)
             /* The prefix keeps the old pattern as sampled for the old size. */
             check_block(&moved, kept, "after realloc (kept prefix)");
             live_bytes -= b->size;
-            uint32_t tag = b->tag;
             adopt(b, p, n, 1, false);
-            (void)tag;
             break;
         }
         case 4: { /* free */
