@@ -25,6 +25,18 @@
 #define CM_DEFAULT_PROF_RATE          ((size_t)512 << 10) /* bytes between samples, as tcmalloc */
 
 /* ---- size classes (src/size_class.c) ------------------------------------------------------- */
+/* From this size the classes step by a quarter of a doubling instead of an eighth (size_class.c):
+ * from here to CM_SPAN_ONE_OBJECT_SIZE a span holds as few as CM_SPAN_OBJECTS_MIN objects, so a
+ * class a program uses a little pins a span that is mostly empty, and half the classes pin half
+ * those spans. mstress_bench (1% of blocks 1-64 KiB) 0.83-0.88x the peak RSS at 1-4 lanes at
+ * 1.00-1.04x the speed; the whole matrix 0.984x the peak RSS, the speed of 54 cells 0.92-1.27x
+ * (alloc-crossthread at 2 threads, bimodal, 5.0x), peak RSS x jemalloc 0.822 against 0.835
+ * (`scripts/bench-matrix.sh --allocators cmalloc,jemalloc --extra coarse=<build> --reps 5`, then
+ * `scripts/vs-best-peer.py <out>/matrix.csv --mine cmalloc,coarse`). From 128 B instead,
+ * mstress and the rpmalloc-style row ran 1.04-1.10x but the mixed window at one thread
+ * 0.92-0.97x and the server pattern 0.84-0.95x (medians of four runs of `scripts/bench-ab.sh
+ * --reps 9 --rows server1,mixed1,mstress1,rpm2,sqlite`). */
+#define CM_CLASS_COARSE_FROM     ((size_t)8 << 10)
 /* A span holds at least this many objects (within CM_MAX_SMALL; one from CM_SPAN_ONE_OBJECT_SIZE
  * up), and its tail wastes at most
  * 1/CM_SPAN_WASTE_DIVISOR of it. 4 rather than 8: a program that uses many large classes a

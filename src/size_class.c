@@ -1,10 +1,11 @@
 /* size_class.c - the size-class table and the lookup from a request size to its class.
  *
  * Generated once at init by the rules below (cmalloc_stats_print shows the result):
- *   size     16-byte steps up to 128 B, then 8 classes per doubling (step = lower bound / 8),
- *            so a request wastes at most 12.5% above 128 B, plus 1040 (1 KiB and a 16-byte
- *            header, a common buffer: sqlite3's page cache); every size is a multiple of 16,
- *            so every object is 16-byte aligned.
+ *   size     16-byte steps up to 128 B, then 8 classes per doubling (step = lower bound / 8)
+ *            up to CM_CLASS_COARSE_FROM and 4 above it (policy.h), so a request wastes at most
+ *            12.5% above 128 B and 25% above CM_CLASS_COARSE_FROM, plus 1040 (1 KiB and a
+ *            16-byte header, a common buffer: sqlite3's page cache); every size is a multiple
+ *            of 16, so every object is 16-byte aligned.
  *   pages    the fewest pages holding min(CM_SPAN_OBJECTS_MIN objects, 256 KiB), one object
  *            from CM_SPAN_ONE_OBJECT_SIZE up, whose tail wastes at most
  *            1/CM_SPAN_WASTE_DIVISOR, and for classes up to CM_SPAN_TIGHT_SIZE at most
@@ -83,7 +84,8 @@ void cm_size_class_init(void)
     for (size_t low = 128; low < CM_MAX_SMALL; low *= 2) {
         if (low == 1024)
             add_class(1024 + 16); /* 1 KiB and a header (sqlite3's page cache: 1,032 bytes) */
-        for (size_t size = low + low / 8; size <= 2 * low; size += low / 8)
+        size_t step = low < CM_CLASS_COARSE_FROM ? low / 8 : low / 4;
+        for (size_t size = low + step; size <= 2 * low; size += step)
             add_class(size);
     }
 

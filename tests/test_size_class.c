@@ -1,6 +1,7 @@
 /* test_size_class.c - the size-class table: every size maps to the smallest class that fits,
- * classes are 16-byte multiples, waste stays within 12.5% above 128 B, span and batch sizes
- * follow the rules in size_class.c, and an aligned request maps to the smallest aligned class. */
+ * classes are 16-byte multiples, waste stays within 12.5% above 128 B (25% above
+ * CM_CLASS_COARSE_FROM), span and batch sizes follow the rules in size_class.c, and an aligned
+ * request maps to the smallest aligned class. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,8 +18,10 @@ static void every_size_maps_to_smallest_fitting_class(void **state)
         assert_true(cm_classes[c].size >= n);
         if (c > 1)
             assert_true(cm_classes[c - 1].size < n);
-        if (n > 128)
+        if (n > 128 && n <= CM_CLASS_COARSE_FROM)
             assert_true((size_t)(cm_classes[c].size - n) * 8 <= n); /* waste <= 12.5% */
+        if (n > CM_CLASS_COARSE_FROM)
+            assert_true((size_t)(cm_classes[c].size - n) * 4 <= n); /* waste <= 25% */
     }
     assert_int_equal(cm_classes[cm_size_class(0)].size, 16);
     assert_int_equal(cm_classes[cm_class_count - 1].size, CM_MAX_SMALL);
