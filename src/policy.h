@@ -34,8 +34,8 @@
  * (`scripts/bench-matrix.sh --allocators cmalloc,jemalloc --extra coarse=<build> --reps 5`, then
  * `scripts/vs-best-peer.py <out>/matrix.csv --mine cmalloc,coarse`). From 128 B instead,
  * mstress and the rpmalloc-style row ran 1.04-1.10x but the mixed window at one thread
- * 0.92-0.97x and the server pattern 0.84-0.95x (medians of four runs of `scripts/bench-ab.sh
- * --reps 9 --rows server1,mixed1,mstress1,rpm2,sqlite`). */
+ * 0.92-0.97x and the server pattern 0.84-0.95x (the median ratios of four runs of
+ * `scripts/bench-ab.sh --reps 7` or `--reps 9` with the rows server1, mixed1, mstress1, rpm2). */
 #define CM_CLASS_COARSE_FROM     ((size_t)8 << 10)
 /* A span holds at least this many objects (within CM_MAX_SMALL; one from CM_SPAN_ONE_OBJECT_SIZE
  * up), and its tail wastes at most
