@@ -309,11 +309,9 @@ static size_t count_shared(const worker *ws, int nworkers)
  * with fewer cores than threads, spinning would starve the thread we wait for). */
 static inline void backoff(unsigned *spins)
 {
-    if (++*spins < 64) {
-#if BENCH_HAVE_TSC
-        _mm_pause();
-#endif
-    } else {
+    if (++*spins < 64)
+        bench_spin_pause();
+    else {
         sched_yield();
         *spins = 0;
     }

@@ -54,6 +54,15 @@
 
 #define BENCH_CACHELINE 64
 
+/* A spin-wait's hint to the core (a pause where the architecture has one): apart from the
+ * timing stamps, so a build without them (valgrind's) spins as the others do. */
+static inline void bench_spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+}
+
 /* ---- clocks ---------------------------------------------------------------------------------- */
 
 static inline uint64_t bench_now_ns(void)
