@@ -101,7 +101,8 @@ $(LIB_A): $(LIB_A_OBJS)
 build/obj build/tests:
 	mkdir -p $@
 
-# Every test is rebuilt when a shared header (tests/helpers.h, watchdog.h, pool_churn.h) changes.
+# Every test is rebuilt when a shared header (tests/helpers.h, watchdog.h, pool_churn.h, rng.h)
+# changes.
 TEST_HEADERS := $(wildcard tests/*.h)
 build/tests/%: tests/%.c $(TEST_HEADERS) $(LIB_A) | build/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(LIB_A) -lcmocka -lpthread

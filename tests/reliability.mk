@@ -82,7 +82,7 @@ build/tsan/obj build/ubsan/obj build/ubsan/tests build/asan/orderbook-obj build/
 build/tsan/obj/%.o: src/%.c $(LIB_HEADERS) | build/tsan/obj
 	$(SAN_CC) -O1 -g $(LIBFLAGS) -DCM_PREFIX=cmtsan_ -fsanitize=thread -c $< -o $@
 
-build/tsan/stress_tsan: tests/stress_tsan.c $(TSAN_OBJS)
+build/tsan/stress_tsan: tests/stress_tsan.c tests/rng.h $(TSAN_OBJS)
 	$(SAN_CC) -O1 -g -std=gnu11 -Wall -Wextra -pthread -Iinclude -fsanitize=thread $< $(TSAN_OBJS) -o $@
 
 build/ubsan/obj/%.o: src/%.c $(LIB_HEADERS) | build/ubsan/obj

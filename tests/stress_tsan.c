@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "cmalloc.h"
+#include "rng.h"
 
 void *cmtsan_malloc(size_t size);
 void cmtsan_free(void *p);
@@ -56,14 +57,6 @@ static _Atomic(uintptr_t) slots[SLOTS];
 static atomic_int stop, damaged, start_gate;
 static atomic_long operations, generations;
 static bool init_race;
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1DULL;
-}
 
 /* Every block: its size in the first word, a tag after it and in its last byte. */
 typedef struct header {

@@ -51,6 +51,7 @@
 
 #include "cmalloc.h"
 #include "helpers.h"
+#include "rng.h"
 
 enum { HAMMERS = 2, SLOTS = 1024, MAX_FORKS = 100000 };
 
@@ -72,14 +73,6 @@ static double now_seconds(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1DULL;
 }
 
 /* A block starts with its size and a tag derived from it, and its last byte repeats the tag:

@@ -54,19 +54,9 @@
 
 #include "cmalloc.h"
 #include "helpers.h"
+#include "rng.h"
 
 static unsigned test_seed;
-
-/* xorshift64*: a small, seedable generator, one per thread. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 2685821657736338717ull;
-}
 
 static uint64_t rng_seed(unsigned stream)
 {
